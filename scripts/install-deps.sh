@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what halo needs to build and test from Debian 12 packages (and npm
+# for the JavaScript reference clients). Idempotent: installs only what is
+# missing, so a second run does nothing.
+#   scripts/install-deps.sh          build dependencies
+#   scripts/install-deps.sh --test   also the test references (numpy, jinja2, node)
+set -euo pipefail
+
+build_pkgs=(
+  build-essential cmake ninja-build pkg-config git
+  libyaml-cpp-dev libboost-dev libboost-filesystem-dev libdlpack-dev
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libutf8proc-dev
+)
+test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm curl)
+
+want=("${build_pkgs[@]}")
+if [[ "${1:-}" == "--test" ]]; then want+=("${test_pkgs[@]}"); fi
+
+missing=()
+for p in "${want[@]}"; do
+  # node/npm may come from outside Debian (e.g. NodeSource): a working binary counts.
+  if [[ "$p" == nodejs ]] && command -v node >/dev/null; then continue; fi
+  if [[ "$p" == npm ]] && command -v npm >/dev/null; then continue; fi
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all Debian packages present"
+fi
+
+if [[ "${1:-}" == "--test" ]]; then
+  here=$(cd "$(dirname "$0")/.." && pwd)
+  if [[ ! -d "$here/tests/js/node_modules/@huggingface/tokenizers" || ! -d "$here/tests/js/node_modules/openai" ]]; then
+    echo "install-deps: npm ci in tests/js"
+    (cd "$here/tests/js" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+fi
