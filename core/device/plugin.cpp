@@ -1,0 +1,250 @@
+#include "device/plugin.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <boost/dll/shared_library.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace halo::device {
+namespace fs = std::filesystem;
+
+struct Plugin::Library {
+  boost::dll::shared_library lib;
+};
+
+const char* status_name(halo_status_code code) {
+  switch (code) {
+    case HALO_STATUS_OK: return "OK";
+    case HALO_STATUS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case HALO_STATUS_OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case HALO_STATUS_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
+    case HALO_STATUS_UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case HALO_STATUS_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case HALO_STATUS_INTERNAL: return "INTERNAL";
+  }
+  return "UNKNOWN";
+}
+
+std::string kind_name(halo_device_kind kind) {
+  switch (kind) {
+    case HALO_DEVICE_KIND_CPU: return "cpu";
+    case HALO_DEVICE_KIND_GPU: return "gpu";
+    case HALO_DEVICE_KIND_NPU: return "npu";
+    default: return "other";
+  }
+}
+
+std::string capability_names(uint32_t caps) {
+  static const std::pair<uint32_t, const char*> kNames[] = {
+      {HALO_CAP_DTYPE_FP32, "fp32"},           {HALO_CAP_DTYPE_BF16, "bf16"},
+      {HALO_CAP_DTYPE_FP16, "fp16"},           {HALO_CAP_CHUNKED_PREFILL, "chunked-prefill"},
+      {HALO_CAP_MIXED_BATCH, "mixed-batch"},   {HALO_CAP_STATIC_SHAPES, "static-shapes"},
+      {HALO_CAP_BUFFERS, "buffers"}};
+  std::string out;
+  for (auto [bit, name] : kNames) {
+    if (caps & bit) out += (out.empty() ? "" : ",") + std::string(name);
+  }
+  return out;
+}
+
+namespace {
+
+fs::path resolve_plugin(const std::string& name_or_path) {
+  bool is_path = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".so");
+  if (is_path) {
+    if (!fs::exists(name_or_path)) throw Error(fmt::format("plugin file {} does not exist", name_or_path));
+    return fs::path(name_or_path);
+  }
+  std::string file = "libhalo_plugin_" + name_or_path + ".so";
+  std::string searched;
+  for (const auto& dir : plugin_search_path()) {
+    std::error_code ec;
+    if (fs::exists(dir / file, ec)) return fs::weakly_canonical(dir / file, ec);
+    searched += (searched.empty() ? "" : ", ") + dir.lexically_normal().string();
+  }
+  std::string known;
+  for (const auto& f : find_plugin_files()) known += (known.empty() ? "" : ", ") + f.name;
+  throw Error(fmt::format("no plugin for device '{}': {} not found in [{}] (set HALO_PLUGIN_PATH); "
+                          "plugins found: {}",
+                          name_or_path, file, searched, known.empty() ? "none" : known));
+}
+
+// Oldest table size a v1 host can use: everything up to executable_destroy.
+constexpr size_t kMinApiSize = HALO_STRUCT_SIZE(halo_plugin_api, execute);
+
+}  // namespace
+
+std::shared_ptr<Plugin> Plugin::load(const std::string& name_or_path) {
+  fs::path path = resolve_plugin(name_or_path);
+  auto plugin = std::shared_ptr<Plugin>(new Plugin());  // private constructor
+  plugin->path_ = path;
+  plugin->library_ = std::make_unique<Library>();
+  try {
+    plugin->library_->lib.load(boost::dll::fs::path(path.string()),
+                               boost::dll::load_mode::rtld_local | boost::dll::load_mode::rtld_now);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("plugin {}: cannot load as a shared library: {}", path.string(), e.what()));
+  }
+  auto& lib = plugin->library_->lib;
+  if (!lib.has(HALO_PLUGIN_ENTRY_SYMBOL)) {
+    throw Error(fmt::format("plugin {}: missing entry symbol {} (not a halo device plugin)",
+                            path.string(), HALO_PLUGIN_ENTRY_SYMBOL));
+  }
+  auto get_api = lib.get<const halo_plugin_api*()>(HALO_PLUGIN_ENTRY_SYMBOL);
+  const halo_plugin_api* api = get_api();
+  if (api == nullptr) throw Error(fmt::format("plugin {}: {} returned NULL", path.string(), HALO_PLUGIN_ENTRY_SYMBOL));
+  if (api->abi_major != HALO_ABI_VERSION_MAJOR) {
+    throw Error(fmt::format("plugin {}: ABI major version {} (v{}.{}) is not supported by this halo, which speaks v{}.{}",
+                            path.string(), api->abi_major, api->abi_major, api->abi_minor,
+                            HALO_ABI_VERSION_MAJOR, HALO_ABI_VERSION_MINOR));
+  }
+  if (api->struct_size < kMinApiSize) {
+    throw Error(fmt::format("plugin {}: function table is {} bytes, smaller than the {} bytes of ABI v1.0",
+                            path.string(), api->struct_size, kMinApiSize));
+  }
+  bool complete = api->error_code && api->error_message && api->error_destroy && api->device_count &&
+                  api->device_get_properties && api->device_open && api->device_destroy &&
+                  api->prepare && api->executable_destroy && api->kv_cache_create &&
+                  api->kv_cache_copy_blocks && api->kv_cache_destroy && api->execute;
+  if (!complete) {
+    throw Error(fmt::format("plugin {}: a required entry of the function table is NULL", path.string()));
+  }
+  plugin->api_ = api;
+  plugin->name_ = api->plugin_name ? api->plugin_name : path.stem().string();
+  spdlog::debug("loaded plugin '{}' {} from {}", plugin->name_, plugin->version_string(), path.string());
+  return plugin;
+}
+
+Plugin::~Plugin() = default;
+
+std::string Plugin::version_string() const {
+  return fmt::format("ABI v{}.{}, plugin {}", api_->abi_major, api_->abi_minor,
+                     api_->plugin_version ? api_->plugin_version : "?");
+}
+
+void Plugin::check(halo_error* error, const char* what) const {
+  if (error == nullptr) return;
+  halo_status_code code = api_->error_code(error);
+  const char* msg = api_->error_message(error);
+  std::string message = fmt::format("{} ({} plugin, {}): {}", what, name_, status_name(code),
+                                    msg ? msg : "(no message)");
+  api_->error_destroy(error);
+  throw DeviceError(code, message);
+}
+
+int Plugin::device_count() const {
+  halo_device_count_args args{};
+  args.struct_size = sizeof(args);
+  check(api_->device_count(&args), "device_count");
+  return args.count;
+}
+
+DeviceInfo Plugin::device_info(int index) const {
+  halo_device_properties props{};
+  props.struct_size = sizeof(props);
+  halo_device_get_properties_args args{};
+  args.struct_size = sizeof(args);
+  args.device_index = index;
+  args.properties = &props;
+  check(api_->device_get_properties(&args), "device_get_properties");
+  DeviceInfo info;
+  info.index = index;
+  info.kind = props.kind;
+  info.name.assign(props.name, strnlen(props.name, sizeof(props.name)));
+  info.vendor.assign(props.vendor, strnlen(props.vendor, sizeof(props.vendor)));
+  info.memory_bytes = props.memory_bytes;
+  info.memory_free_bytes = props.memory_free_bytes;
+  info.num_chips = props.num_chips;
+  info.capabilities = props.capabilities;
+  info.max_batch_size = props.max_batch_size;
+  info.required_block_size = props.required_block_size;
+  info.max_model_len = props.max_model_len;
+  return info;
+}
+
+namespace {
+std::vector<halo_option> to_c_options(const Options& options) {
+  std::vector<halo_option> out;
+  for (const auto& [k, v] : options) out.push_back({k.c_str(), v.c_str()});
+  return out;
+}
+}  // namespace
+
+Device::Device(std::shared_ptr<Plugin> plugin, int index, const Options& options)
+    : plugin_(std::move(plugin)) {
+  int count = plugin_->device_count();
+  if (index < 0 || index >= count) {
+    throw Error(fmt::format("device index {} out of range: plugin '{}' has {} device(s)", index,
+                            plugin_->name(), count));
+  }
+  info_ = plugin_->device_info(index);
+  auto opts = to_c_options(options);
+  halo_device_open_args args{};
+  args.struct_size = sizeof(args);
+  args.device_index = index;
+  args.options = opts.data();
+  args.num_options = opts.size();
+  plugin_->check(plugin_->api().device_open(&args), "device_open");
+  handle_ = args.device;
+}
+
+Device::~Device() {
+  if (handle_) plugin_->api().device_destroy(handle_);
+}
+
+Executable::Executable(std::shared_ptr<Device> device, const halo_model_spec& spec,
+                       const std::vector<halo_named_tensor>& weights, halo_limits& limits,
+                       const Options& options)
+    : device_(std::move(device)) {
+  auto opts = to_c_options(options);
+  limits.struct_size = sizeof(limits);
+  halo_prepare_args args{};
+  args.struct_size = sizeof(args);
+  args.device = device_->handle();
+  args.spec = &spec;
+  args.weights = weights.data();
+  args.num_weights = weights.size();
+  args.limits = &limits;
+  args.options = opts.data();
+  args.num_options = opts.size();
+  device_->plugin().check(device_->plugin().api().prepare(&args), "prepare");
+  handle_ = args.executable;
+  limits_ = limits;
+}
+
+Executable::~Executable() {
+  if (handle_) device_->plugin().api().executable_destroy(handle_);
+}
+
+KvCache::KvCache(std::shared_ptr<Executable> executable, int num_blocks, int block_size)
+    : executable_(std::move(executable)), num_blocks_(num_blocks), block_size_(block_size) {
+  halo_kv_cache_create_args args{};
+  args.struct_size = sizeof(args);
+  args.executable = executable_->handle();
+  args.num_blocks = num_blocks;
+  args.block_size = block_size;
+  auto& plugin = executable_->device().plugin();
+  plugin.check(plugin.api().kv_cache_create(&args), "kv_cache_create");
+  handle_ = args.kv_cache;
+}
+
+KvCache::~KvCache() {
+  if (handle_) executable_->device().plugin().api().kv_cache_destroy(handle_);
+}
+
+void KvCache::copy_blocks(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) {
+  if (src.size() != dst.size()) throw Error("copy_blocks: src and dst differ in length");
+  if (src.empty()) return;
+  halo_kv_cache_copy_blocks_args args{};
+  args.struct_size = sizeof(args);
+  args.kv_cache = handle_;
+  args.src_blocks = src.data();
+  args.dst_blocks = dst.data();
+  args.num_pairs = static_cast<int32_t>(src.size());
+  auto& plugin = executable_->device().plugin();
+  plugin.check(plugin.api().kv_cache_copy_blocks(&args), "kv_cache_copy_blocks");
+}
+
+}  // namespace halo::device

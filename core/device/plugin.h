@@ -1,0 +1,153 @@
+#pragma once
+// The C++ face of the device ABI: loading a plugin library and RAII owners for
+// what it creates. Every halo_error* a plugin returns becomes a DeviceError
+// here, so the rest of the core works with exceptions and never sees the C
+// calling conventions.
+//
+// Lifetimes: every object keeps a shared_ptr to the Plugin it came from, so a
+// library is unloaded only after the last object it made is destroyed.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "halo/device_abi.h"
+
+namespace halo::device {
+
+// An error a plugin reported: its status code and message.
+class DeviceError : public Error {
+ public:
+  DeviceError(halo_status_code code, const std::string& message)
+      : Error(message), code_(code) {}
+  halo_status_code code() const { return code_; }
+
+ private:
+  halo_status_code code_;
+};
+
+const char* status_name(halo_status_code code);
+
+// Device facts in C++ form (copied out of halo_device_properties).
+struct DeviceInfo {
+  int index = 0;
+  halo_device_kind kind = HALO_DEVICE_KIND_OTHER;
+  std::string name;
+  std::string vendor;
+  uint64_t memory_bytes = 0;
+  uint64_t memory_free_bytes = 0;
+  int num_chips = 1;
+  uint32_t capabilities = 0;
+  int max_batch_size = 0;
+  int required_block_size = 0;
+  int max_model_len = 0;
+};
+std::string kind_name(halo_device_kind kind);
+std::string capability_names(uint32_t capabilities);
+
+class Plugin : public std::enable_shared_from_this<Plugin> {
+ public:
+  // Loads `libhalo_plugin_<name>.so` from the search path, or the file itself
+  // when `name_or_path` contains a '/' or ends in ".so". Throws Error naming
+  // the file and, for an ABI mismatch, both versions.
+  static std::shared_ptr<Plugin> load(const std::string& name_or_path);
+  ~Plugin();
+  Plugin(const Plugin&) = delete;
+  Plugin& operator=(const Plugin&) = delete;
+
+  const halo_plugin_api& api() const { return *api_; }
+  const std::string& name() const { return name_; }
+  const std::filesystem::path& path() const { return path_; }
+  std::string version_string() const;
+
+  int device_count() const;
+  DeviceInfo device_info(int index) const;
+
+  // Throws DeviceError (and destroys the error object) when `error` is set.
+  void check(halo_error* error, const char* what) const;
+
+ private:
+  struct Library;
+  Plugin() = default;
+  std::unique_ptr<Library> library_;
+  const halo_plugin_api* api_ = nullptr;
+  std::string name_;
+  std::filesystem::path path_;
+};
+
+// Directories searched for plugins, in order: each entry of HALO_PLUGIN_PATH
+// (colon separated), then <dir of the halo binary>/../lib/halo/plugins.
+std::vector<std::filesystem::path> plugin_search_path();
+
+// Every plugin library file found on the search path (first wins per name).
+struct PluginFile {
+  std::string name;
+  std::filesystem::path path;
+};
+std::vector<PluginFile> find_plugin_files();
+
+// Options handed to plugins as key/value strings.
+using Options = std::vector<std::pair<std::string, std::string>>;
+
+class Device {
+ public:
+  Device(std::shared_ptr<Plugin> plugin, int index, const Options& options = {});
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  halo_device* handle() const { return handle_; }
+  Plugin& plugin() const { return *plugin_; }
+  const std::shared_ptr<Plugin>& plugin_ptr() const { return plugin_; }
+  const DeviceInfo& info() const { return info_; }
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  halo_device* handle_ = nullptr;
+  DeviceInfo info_;
+};
+
+class Executable {
+ public:
+  // `limits` goes in as proposed and comes back as agreed. The weights' memory
+  // must outlive this object (the ABI lets a plugin use it in place).
+  Executable(std::shared_ptr<Device> device, const halo_model_spec& spec,
+             const std::vector<halo_named_tensor>& weights, halo_limits& limits,
+             const Options& options = {});
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  halo_executable* handle() const { return handle_; }
+  Device& device() const { return *device_; }
+  const halo_limits& limits() const { return limits_; }
+
+ private:
+  std::shared_ptr<Device> device_;
+  halo_executable* handle_ = nullptr;
+  halo_limits limits_{};
+};
+
+class KvCache {
+ public:
+  KvCache(std::shared_ptr<Executable> executable, int num_blocks, int block_size);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  halo_kv_cache* handle() const { return handle_; }
+  int num_blocks() const { return num_blocks_; }
+  int block_size() const { return block_size_; }
+  void copy_blocks(const std::vector<int32_t>& src, const std::vector<int32_t>& dst);
+
+ private:
+  std::shared_ptr<Executable> executable_;
+  halo_kv_cache* handle_ = nullptr;
+  int num_blocks_ = 0;
+  int block_size_ = 0;
+};
+
+}  // namespace halo::device

@@ -1,0 +1,215 @@
+#include "engine/llm_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+
+namespace halo::engine {
+
+namespace {
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) { b /= 1024.0; ++u; }
+  return fmt::format("{:.2f} {}", b, units[u]);
+}
+}  // namespace
+
+LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::LoadedModel> model)
+    : config_(config), model_(std::move(model)) {
+  const auto& mc = model_->config();
+  const halo_model_spec& spec = mc.spec;
+  plugin_ = device::Plugin::load(config_.device);
+  device::Options options = config_.plugin_options;
+  if (config_.threads > 0) options.emplace_back("threads", std::to_string(config_.threads));
+  device_ = std::make_shared<device::Device>(plugin_, config_.device_index, options);
+
+  // Propose limits; the plugin answers with what it will honour.
+  int max_model_len = config_.max_model_len > 0 ? config_.max_model_len : mc.max_position_embeddings;
+  if (max_model_len <= 0) max_model_len = 2048;
+  if (mc.max_position_embeddings > 0 && max_model_len > mc.max_position_embeddings) {
+    throw Error(fmt::format("--max-model-len={} exceeds the model's max_position_embeddings={}",
+                            max_model_len, mc.max_position_embeddings));
+  }
+  limits_.struct_size = sizeof(limits_);
+  limits_.max_num_seqs = config_.max_num_seqs;
+  limits_.max_model_len = max_model_len;
+  limits_.max_num_batched_tokens =
+      config_.max_num_batched_tokens > 0 ? config_.max_num_batched_tokens : std::max(2048, max_model_len);
+  limits_.block_size = config_.block_size;
+  std::vector<halo_named_tensor> weights(model_->weights().begin(), model_->weights().end());
+  executable_ = std::make_shared<device::Executable>(device_, spec, weights, limits_, options);
+  limits_ = executable_->limits();
+  if (config_.block_size > 0 && limits_.block_size != config_.block_size) {
+    spdlog::warn("--block-size={} replaced by the device's required block size {}", config_.block_size,
+                 limits_.block_size);
+  }
+  if (!config_.enable_chunked_prefill && limits_.max_num_batched_tokens < limits_.max_model_len) {
+    throw Error(fmt::format("without chunked prefill --max-num-batched-tokens={} must be at least "
+                            "--max-model-len={}", limits_.max_num_batched_tokens, limits_.max_model_len));
+  }
+
+  // KV arithmetic: how many blocks the budget buys, logged so users can check it.
+  const int bs = limits_.block_size;
+  const uint64_t per_block = limits_.kv_bytes_per_block;
+  if (per_block == 0 || bs <= 0) throw Error("device returned an empty KV block size");
+  const uint64_t per_token = per_block / bs;
+  int64_t num_blocks = 0;
+  std::string source;
+  const int64_t blocks_per_seq = (limits_.max_model_len + bs - 1) / bs;
+  if (config_.max_kv_tokens > 0) {
+    num_blocks = (config_.max_kv_tokens + bs - 1) / bs;
+    source = fmt::format("--max-kv-tokens={}", config_.max_kv_tokens);
+  } else if (config_.kv_cache_memory > 0) {
+    num_blocks = static_cast<int64_t>(config_.kv_cache_memory / per_block);
+    source = fmt::format("--kv-cache-memory={}", human_bytes(double(config_.kv_cache_memory)));
+  } else {
+    double budget = double(limits_.kv_memory_available) * config_.device_memory_utilization;
+    num_blocks = static_cast<int64_t>(budget / double(per_block));
+    source = fmt::format("--device-memory-utilization={} of {} available", config_.device_memory_utilization,
+                         human_bytes(double(limits_.kv_memory_available)));
+    // More blocks than every sequence at full length can use is wasted memory.
+    int64_t useful = blocks_per_seq * limits_.max_num_seqs;
+    if (num_blocks > useful) {
+      num_blocks = useful;
+      source += fmt::format(", capped at max_num_seqs={} x max_model_len={}", limits_.max_num_seqs,
+                            limits_.max_model_len);
+    }
+  }
+  num_blocks = std::min<int64_t>(num_blocks, std::numeric_limits<int32_t>::max());
+  spdlog::info("KV cache: {} bytes/token ({} per layer x {} layers), block_size={} -> {} bytes/block",
+               per_token, per_token / std::max(1, spec.num_layers), spec.num_layers, bs, per_block);
+  spdlog::info("KV cache: {} blocks = {} tokens ({}) from {}", num_blocks, num_blocks * bs,
+               human_bytes(double(num_blocks) * double(per_block)), source);
+  if (num_blocks < blocks_per_seq) {
+    int64_t fits = num_blocks * bs;
+    throw Error(fmt::format("--max-model-len={} needs {} KV blocks of {} tokens for one sequence, but only {} "
+                            "fit in the KV budget ({}); use --max-model-len {} or less, or give the cache "
+                            "more memory", limits_.max_model_len, blocks_per_seq, bs, num_blocks, source,
+                            std::max<int64_t>(fits, 0)));
+  }
+  kv_cache_ = std::make_unique<device::KvCache>(executable_, static_cast<int>(num_blocks), bs);
+  blocks_ = std::make_unique<KvBlockManager>(static_cast<int>(num_blocks), bs);
+
+  SchedulerConfig sc;
+  sc.max_num_seqs = limits_.max_num_seqs;
+  sc.max_num_batched_tokens = limits_.max_num_batched_tokens;
+  sc.max_model_len = limits_.max_model_len;
+  sc.chunked_prefill = config_.enable_chunked_prefill && (limits_.capabilities & HALO_CAP_CHUNKED_PREFILL);
+  sc.mixed_batch = (limits_.capabilities & HALO_CAP_MIXED_BATCH) != 0;
+  if (!sc.chunked_prefill && sc.max_num_batched_tokens < sc.max_model_len) {
+    throw Error(fmt::format("device '{}' cannot split prompts, so max_num_batched_tokens={} must be at least "
+                            "max_model_len={}", plugin_->name(), sc.max_num_batched_tokens, sc.max_model_len));
+  }
+  scheduler_ = std::make_unique<Scheduler>(sc, *blocks_);
+  runner_ = std::make_unique<ModelRunner>(*executable_, *kv_cache_, spec.vocab_size);
+  eos_ids_ = mc.eos_token_ids;
+  spdlog::info("engine ready on {} ({}): max_num_seqs={} max_model_len={} max_num_batched_tokens={} "
+               "chunked_prefill={}", plugin_->name(), device_->info().name, sc.max_num_seqs, sc.max_model_len,
+               sc.max_num_batched_tokens, sc.chunked_prefill);
+}
+
+LLMEngine::~LLMEngine() = default;
+
+void LLMEngine::add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
+                            SamplingParams params, int priority) {
+  params.validate();
+  if (prompt_ids.empty()) throw Error(fmt::format("request {}: the prompt is empty", request_id));
+  const int vocab = model_->config().spec.vocab_size;
+  for (int32_t id : prompt_ids) {
+    if (id < 0 || id >= vocab)
+      throw Error(fmt::format("request {}: token id {} is outside the vocabulary [0, {})", request_id, id, vocab));
+  }
+  if (static_cast<int>(prompt_ids.size()) >= limits_.max_model_len) {
+    throw Error(fmt::format("request {}: the prompt has {} tokens but max_model_len is {}, leaving no room "
+                            "to generate", request_id, prompt_ids.size(), limits_.max_model_len));
+  }
+  if (live_.count(request_id)) throw Error(fmt::format("request id {} is already in use", request_id));
+  auto seq = std::make_shared<Sequence>();
+  seq->request_id = request_id;
+  seq->arrival = next_arrival_++;
+  seq->priority = priority;
+  seq->prompt_ids = std::move(prompt_ids);
+  seq->rng.seed(params.seed ? *params.seed : config_.seed * 0x9E3779B97F4A7C15ull + seq->arrival);
+  seq->params = std::move(params);
+  live_[request_id] = seq;
+  scheduler_->add(seq);
+}
+
+bool LLMEngine::abort_request(const std::string& request_id) {
+  bool found = scheduler_->abort(request_id);
+  live_.erase(request_id);
+  return found;
+}
+
+void LLMEngine::check_stop(Sequence& seq, int32_t token) {
+  const auto& p = seq.params;
+  int n_out = static_cast<int>(seq.output_ids.size());
+  bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+  bool eos = !p.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+  if (stop_id || eos) {  // masked in step() until min_tokens exist
+    seq.finish_reason = FinishReason::kStop;
+    seq.stop_token = token;
+  } else if (n_out >= p.max_tokens || seq.num_tokens() >= limits_.max_model_len) {
+    seq.finish_reason = FinishReason::kLength;
+  }
+  if (seq.finish_reason != FinishReason::kNone) seq.status = SequenceStatus::kFinished;
+}
+
+std::vector<RequestOutput> LLMEngine::step() {
+  std::vector<RequestOutput> outputs;
+  SchedulerOutput sched = scheduler_->schedule();
+  stats_.num_preemptions += sched.num_preempted;
+  if (sched.empty()) return outputs;
+  runner_->execute(sched);
+  stats_.steps++;
+  const int vocab = model_->config().spec.vocab_size;
+  for (size_t i = 0; i < sched.scheduled.size(); ++i) {
+    Sequence& seq = *sched.scheduled[i].seq;
+    int prompt_len = static_cast<int>(seq.prompt_ids.size());
+    int computed_prompt = std::clamp(prompt_len - seq.num_computed_tokens, 0, sched.scheduled[i].num_tokens);
+    stats_.prompt_tokens += computed_prompt;
+    seq.num_computed_tokens += sched.scheduled[i].num_tokens;
+    float* row = runner_->logits_row(i);
+    if (row == nullptr) continue;
+    std::span<float> logits(row, vocab);
+    // min_tokens: end-of-sequence ids are impossible until enough tokens exist.
+    if (static_cast<int>(seq.output_ids.size()) < seq.params.min_tokens) {
+      const float ninf = -std::numeric_limits<float>::infinity();
+      if (!seq.params.ignore_eos)
+        for (int32_t e : eos_ids_) if (e >= 0 && e < vocab) logits[e] = ninf;
+      for (int32_t e : seq.params.stop_token_ids) if (e >= 0 && e < vocab) logits[e] = ninf;
+    }
+    SampleResult r = sampler_.sample(logits, seq.params, seq.prompt_ids, seq.output_ids, seq.rng);
+    seq.output_ids.push_back(r.token);
+    seq.output_logprobs.push_back(r.logprob);
+    stats_.generation_tokens++;
+    check_stop(seq, r.token);
+    RequestOutput out;
+    out.request_id = seq.request_id;
+    out.new_token_ids = {r.token};
+    out.finished = seq.finished();
+    out.finish_reason = seq.finish_reason;
+    out.seq = live_.at(seq.request_id);
+    outputs.push_back(std::move(out));
+  }
+  scheduler_->remove_finished();
+  for (const auto& o : outputs)
+    if (o.finished) live_.erase(o.request_id);
+  return outputs;
+}
+
+EngineStats LLMEngine::stats() const {
+  EngineStats s = stats_;
+  s.num_waiting = scheduler_->num_waiting();
+  s.num_running = scheduler_->num_running();
+  s.kv_cache_usage = blocks_->usage();
+  return s;
+}
+
+}  // namespace halo::engine

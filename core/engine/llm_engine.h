@@ -1,0 +1,101 @@
+#pragma once
+// The device-neutral engine: owns the device objects, the KV block pool, the
+// scheduler and the sampler, and advances every live request by one step per
+// step() call. Token level only: text is the caller's business.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "device/plugin.h"
+#include "engine/kv_block_manager.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "model/model_loader.h"
+
+namespace halo::engine {
+
+// Engine flags, named as vLLM names them. 0 means "choose for me".
+struct EngineConfig {
+  std::string device = "cpu";
+  int device_index = 0;
+  int max_num_seqs = 256;
+  int max_model_len = 0;            // 0: the model's max_position_embeddings
+  int max_num_batched_tokens = 0;   // 0: max(2048, max_model_len)
+  int block_size = 0;               // 0: the device's choice (16 on the CPU)
+  uint64_t kv_cache_memory = 0;     // bytes for KV; wins over the fraction
+  float device_memory_utilization = 0.9f;
+  int64_t max_kv_tokens = 0;        // like TensorRT-LLM's max_tokens_in_paged_kv_cache
+  bool enable_chunked_prefill = true;
+  uint64_t seed = 0;
+  int threads = 0;                  // plugin option "threads"; 0 = all cores
+  device::Options plugin_options;
+};
+
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> new_token_ids;  // tokens sampled this step (0 or 1)
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::shared_ptr<const Sequence> seq;  // full state, read-only
+};
+
+struct EngineStats {
+  size_t num_waiting = 0;
+  size_t num_running = 0;
+  float kv_cache_usage = 0.0f;
+  uint64_t num_preemptions = 0;
+  uint64_t prompt_tokens = 0;      // computed prompt tokens, including recomputation
+  uint64_t generation_tokens = 0;
+  uint64_t steps = 0;
+};
+
+class LLMEngine {
+ public:
+  LLMEngine(const EngineConfig& config, std::shared_ptr<const model::LoadedModel> model);
+  ~LLMEngine();
+  LLMEngine(const LLMEngine&) = delete;
+  LLMEngine& operator=(const LLMEngine&) = delete;
+
+  // Queues a request. Throws halo::Error for an empty prompt, an id outside the
+  // vocabulary, a prompt that does not fit max_model_len or bad parameters.
+  void add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
+                   SamplingParams params, int priority = 0);
+  bool abort_request(const std::string& request_id);
+  bool has_unfinished() const { return scheduler_->has_unfinished(); }
+
+  // One scheduling iteration and one device step. Returns an output for every
+  // sequence that produced a token or finished.
+  std::vector<RequestOutput> step();
+
+  const halo_limits& limits() const { return limits_; }
+  int num_kv_blocks() const { return blocks_->num_blocks(); }
+  int max_model_len() const { return limits_.max_model_len; }
+  const model::LoadedModel& model() const { return *model_; }
+  const device::DeviceInfo& device_info() const { return device_->info(); }
+  EngineStats stats() const;
+
+ private:
+  void check_stop(Sequence& seq, int32_t token);
+
+  EngineConfig config_;
+  std::shared_ptr<const model::LoadedModel> model_;
+  std::shared_ptr<device::Plugin> plugin_;
+  std::shared_ptr<device::Device> device_;
+  std::shared_ptr<device::Executable> executable_;
+  std::unique_ptr<device::KvCache> kv_cache_;
+  halo_limits limits_{};
+  std::unique_ptr<KvBlockManager> blocks_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  Sampler sampler_;
+  std::vector<int32_t> eos_ids_;
+  std::unordered_map<std::string, std::shared_ptr<Sequence>> live_;
+  uint64_t next_arrival_ = 0;
+  EngineStats stats_;
+};
+
+}  // namespace halo::engine

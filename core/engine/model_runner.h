@@ -1,0 +1,36 @@
+#pragma once
+// Turns a scheduler decision into one device step: the flat token ids,
+// positions, slot mapping, query starts, context lengths and block tables of
+// halo_execute_args, and fp32 logits for the sequences that sample this step.
+// Host buffers are reused across steps (no per-step allocation once warm).
+#include <cstdint>
+#include <vector>
+
+#include "device/plugin.h"
+#include "engine/scheduler.h"
+
+namespace halo::engine {
+
+class ModelRunner {
+ public:
+  ModelRunner(device::Executable& executable, device::KvCache& kv_cache, int vocab_size);
+
+  // Runs the step. Afterwards, for scheduled[i], logits_row(i) is its logits
+  // row, or nullptr when that sequence does not sample this step (a prefill
+  // chunk that does not reach the end of its tokens).
+  void execute(const SchedulerOutput& step);
+  float* logits_row(size_t i) { return row_of_[i] < 0 ? nullptr : &logits_[row_of_[i] * vocab_]; }
+
+ private:
+  device::Executable& executable_;
+  device::KvCache& kv_cache_;
+  int64_t vocab_;
+  int block_size_;
+  std::vector<int32_t> token_ids_, positions_, query_start_, context_lens_, block_tables_,
+      logits_indices_;
+  std::vector<int64_t> slot_mapping_;
+  std::vector<int> row_of_;
+  std::vector<float> logits_;
+};
+
+}  // namespace halo::engine

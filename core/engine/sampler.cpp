@@ -1,0 +1,123 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace halo::engine {
+
+void SamplingParams::validate() const {
+  auto fail = [](const std::string& m) { throw Error(m); };
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature))
+    fail(fmt::format("temperature must be >= 0, got {}", temperature));
+  if (!(top_p > 0.0f && top_p <= 1.0f)) fail(fmt::format("top_p must be in (0, 1], got {}", top_p));
+  if (top_k < -1) fail(fmt::format("top_k must be -1 (off), 0 (off) or positive, got {}", top_k));
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) fail(fmt::format("min_p must be in [0, 1], got {}", min_p));
+  if (!(repetition_penalty > 0.0f)) fail(fmt::format("repetition_penalty must be > 0, got {}", repetition_penalty));
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
+    fail(fmt::format("presence_penalty must be in [-2, 2], got {}", presence_penalty));
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
+    fail(fmt::format("frequency_penalty must be in [-2, 2], got {}", frequency_penalty));
+  if (max_tokens < 1) fail(fmt::format("max_tokens must be at least 1, got {}", max_tokens));
+  if (min_tokens < 0 || min_tokens > max_tokens)
+    fail(fmt::format("min_tokens must be in [0, max_tokens={}], got {}", max_tokens, min_tokens));
+}
+
+namespace {
+float log_softmax_at(std::span<const float> logits, int32_t id) {
+  float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v - mx));
+  return static_cast<float>(logits[id] - mx - std::log(sum));
+}
+}  // namespace
+
+SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p,
+                             std::span<const int32_t> prompt, std::span<const int32_t> output,
+                             std::mt19937_64& rng) {
+  const int vocab = static_cast<int>(logits.size());
+  auto finish = [&](int32_t token, std::span<const float> raw_logits) {
+    return SampleResult{token, log_softmax_at(raw_logits, token)};
+  };
+  // Raw logprobs are reported, so keep a copy only when processing changes them.
+  bool penalize = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  std::vector<float> raw;
+  if (penalize || p.temperature > 0.0f) raw.assign(logits.begin(), logits.end());
+  std::span<const float> raw_view = raw.empty() ? std::span<const float>(logits) : std::span<const float>(raw);
+
+  if (penalize) {
+    counts_.assign(vocab, 0);
+    for (int32_t t : output) if (t >= 0 && t < vocab) counts_[t]++;
+    if (p.repetition_penalty != 1.0f) {
+      // vLLM/HF: tokens seen in prompt or output get logit/penalty if positive, *penalty if negative.
+      auto apply = [&](int32_t t) {
+        if (t < 0 || t >= vocab) return;
+        float& v = logits[t];
+        v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
+      };
+      std::vector<bool> seen(vocab, false);
+      for (auto seq : {prompt, output})
+        for (int32_t t : seq)
+          if (t >= 0 && t < vocab && !seen[t]) { seen[t] = true; apply(t); }
+    }
+    for (int i = 0; i < vocab; ++i) {
+      if (counts_[i] == 0) continue;
+      logits[i] -= p.frequency_penalty * counts_[i] + p.presence_penalty;
+    }
+  }
+
+  if (p.temperature == 0.0f) {  // greedy: lowest id wins ties
+    int32_t best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    return finish(best, raw_view);
+  }
+
+  for (auto& v : logits) v /= p.temperature;
+  // Candidates sorted by logit, then cut by top-k, top-p and min-p.
+  order_.resize(vocab);
+  std::iota(order_.begin(), order_.end(), 0);
+  int k = (p.top_k > 0 && p.top_k < vocab) ? p.top_k : vocab;
+  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  if (k < vocab) {
+    std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), by_logit);
+    order_.resize(k);
+  } else {
+    std::sort(order_.begin(), order_.end(), by_logit);
+  }
+  float mx = logits[order_[0]];
+  probs_.resize(order_.size());
+  double sum = 0.0;
+  for (size_t i = 0; i < order_.size(); ++i) {
+    probs_[i] = std::exp(logits[order_[i]] - mx);
+    sum += probs_[i];
+  }
+  size_t keep = order_.size();
+  if (p.top_p < 1.0f) {
+    double cum = 0.0;
+    for (size_t i = 0; i < order_.size(); ++i) {
+      cum += probs_[i] / sum;
+      if (cum >= p.top_p) { keep = i + 1; break; }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    float threshold = p.min_p * probs_[0];  // relative to the most likely token
+    size_t i = 1;
+    while (i < keep && probs_[i] >= threshold) ++i;
+    keep = i;
+  }
+  double kept = 0.0;
+  for (size_t i = 0; i < keep; ++i) kept += probs_[i];
+  std::uniform_real_distribution<double> uniform(0.0, kept);
+  double r = uniform(rng), acc = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += probs_[i];
+    if (r < acc) return finish(order_[i], raw_view);
+  }
+  return finish(order_[keep - 1], raw_view);
+}
+
+}  // namespace halo::engine

@@ -1,0 +1,28 @@
+#pragma once
+// Per-request sampling and stopping parameters, named as vLLM names them.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace halo::engine {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  float top_p = 1.0f;
+  int top_k = 0;  // 0 or -1 = off
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;  // per-request generator; otherwise the engine's
+  int max_tokens = 16;
+  int min_tokens = 0;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;
+
+  // Throws halo::Error naming the field and value when out of range.
+  void validate() const;
+};
+
+}  // namespace halo::engine

@@ -1,0 +1,64 @@
+#pragma once
+// Iteration-level scheduler (continuous batching). Each step it decides which
+// sequences run and how many of their tokens, within --max-num-seqs and
+// --max-num-batched-tokens: running sequences first (decodes and unfinished
+// prefill chunks), then waiting ones in priority/FCFS order. A long prompt is
+// split into chunks when the device allows it. When blocks run out the newest
+// running sequence is preempted (its blocks freed, recomputed later), so every
+// request eventually finishes and nothing deadlocks.
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "engine/kv_block_manager.h"
+#include "engine/sequence.h"
+
+namespace halo::engine {
+
+struct SchedulerConfig {
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 2048;
+  bool chunked_prefill = true;  // a prompt may span several steps
+  bool mixed_batch = true;      // prefill and decode in one step
+};
+
+struct ScheduledSequence {
+  Sequence* seq;
+  int num_tokens;  // new tokens computed this step, starting at seq->num_computed_tokens
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledSequence> scheduled;
+  int num_batched_tokens = 0;
+  int num_preempted = 0;
+  bool empty() const { return scheduled.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, KvBlockManager& blocks);
+
+  void add(std::shared_ptr<Sequence> seq);
+  SchedulerOutput schedule();
+  // Drops finished sequences from the running queue and frees their blocks.
+  void remove_finished();
+  // Finishes a sequence with reason kAbort wherever it is. False if unknown.
+  bool abort(const std::string& request_id);
+
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  void preempt(std::shared_ptr<Sequence> seq);
+  void insert_waiting(std::shared_ptr<Sequence> seq);
+
+  SchedulerConfig config_;
+  KvBlockManager& blocks_;
+  std::deque<std::shared_ptr<Sequence>> waiting_;
+  std::vector<std::shared_ptr<Sequence>> running_;  // admission order: back = newest
+};
+
+}  // namespace halo::engine

@@ -1,0 +1,168 @@
+// Scheduler policy, checked without a device: the test plays the model runner
+// (advancing num_computed_tokens and appending a token when a sequence catches up).
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "engine/scheduler.h"
+
+using namespace halo::engine;
+
+namespace {
+
+std::shared_ptr<Sequence> make_seq(const std::string& id, int prompt_len, int max_tokens, uint64_t arrival,
+                                   int priority = 0) {
+  auto s = std::make_shared<Sequence>();
+  s->request_id = id;
+  s->prompt_ids.assign(prompt_len, 7);
+  s->params.max_tokens = max_tokens;
+  s->arrival = arrival;
+  s->priority = priority;
+  return s;
+}
+
+// Applies a step as the engine would; finishes sequences at max_tokens.
+void run_step(Scheduler& sched, const SchedulerOutput& out) {
+  for (auto& s : out.scheduled) {
+    s.seq->num_computed_tokens += s.num_tokens;
+    if (s.seq->num_computed_tokens == s.seq->num_tokens()) {
+      s.seq->output_ids.push_back(1);
+      if (static_cast<int>(s.seq->output_ids.size()) >= s.seq->params.max_tokens) {
+        s.seq->status = SequenceStatus::kFinished;
+        s.seq->finish_reason = FinishReason::kLength;
+      }
+    }
+  }
+  sched.remove_finished();
+}
+
+}  // namespace
+
+TEST(Scheduler, NewRequestsJoinRunningBatchAtNextStep) {
+  KvBlockManager blocks(64, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64}, blocks);
+  auto a = make_seq("a", 5, 10, 0);
+  sched.add(a);
+  auto s1 = sched.schedule();
+  ASSERT_EQ(s1.scheduled.size(), 1u);
+  EXPECT_EQ(s1.scheduled[0].num_tokens, 5);
+  run_step(sched, s1);
+  auto b = make_seq("b", 3, 10, 1);
+  sched.add(b);
+  auto s2 = sched.schedule();
+  ASSERT_EQ(s2.scheduled.size(), 2u);  // a decodes, b prefills in the same step
+  EXPECT_EQ(s2.scheduled[0].seq, a.get());
+  EXPECT_EQ(s2.scheduled[0].num_tokens, 1);
+  EXPECT_EQ(s2.scheduled[1].seq, b.get());
+  EXPECT_EQ(s2.scheduled[1].num_tokens, 3);
+}
+
+TEST(Scheduler, LongPromptIsChunkedAcrossSteps) {
+  KvBlockManager blocks(64, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 16, .max_model_len = 128}, blocks);
+  auto a = make_seq("a", 40, 2, 0);
+  sched.add(a);
+  std::vector<int> chunks;
+  for (int i = 0; i < 3; ++i) {
+    auto out = sched.schedule();
+    chunks.push_back(out.scheduled.at(0).num_tokens);
+    EXPECT_LE(out.num_batched_tokens, 16);
+    run_step(sched, out);
+  }
+  EXPECT_EQ(chunks, (std::vector<int>{16, 16, 8}));
+  EXPECT_EQ(a->output_ids.size(), 1u);  // sampled once the whole prompt was in
+}
+
+TEST(Scheduler, WithoutChunkingAPromptWaitsForAWholeBudget) {
+  KvBlockManager blocks(64, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 16, .max_model_len = 16,
+                   .chunked_prefill = false},
+                  blocks);
+  sched.add(make_seq("a", 10, 4, 0));
+  sched.add(make_seq("b", 10, 4, 1));
+  auto out = sched.schedule();
+  ASSERT_EQ(out.scheduled.size(), 1u);  // b would have to be split: it waits
+  EXPECT_EQ(out.scheduled[0].num_tokens, 10);
+}
+
+TEST(Scheduler, RespectsMaxNumSeqs) {
+  KvBlockManager blocks(64, 4);
+  Scheduler sched({.max_num_seqs = 2, .max_num_batched_tokens = 64, .max_model_len = 64}, blocks);
+  for (int i = 0; i < 5; ++i) sched.add(make_seq(std::to_string(i), 2, 3, i));
+  auto out = sched.schedule();
+  EXPECT_EQ(out.scheduled.size(), 2u);
+  EXPECT_EQ(sched.num_waiting(), 3u);
+}
+
+TEST(Scheduler, PriorityThenArrivalOrder) {
+  KvBlockManager blocks(64, 4);
+  Scheduler sched({.max_num_seqs = 1, .max_num_batched_tokens = 64, .max_model_len = 64}, blocks);
+  sched.add(make_seq("late-urgent", 2, 1, 5, -1));
+  sched.add(make_seq("first", 2, 1, 0, 0));
+  sched.add(make_seq("second", 2, 1, 1, 0));
+  std::vector<std::string> order;
+  while (sched.has_unfinished()) {
+    auto out = sched.schedule();
+    for (auto& s : out.scheduled) order.push_back(s.seq->request_id);
+    run_step(sched, out);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"late-urgent", "first", "second"}));
+}
+
+TEST(Scheduler, PreemptsNewestWhenBlocksRunOutAndEveryRequestFinishes) {
+  // 6 blocks of 4 tokens = 24 tokens, three sequences that each grow to 12.
+  KvBlockManager blocks(6, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 16}, blocks);
+  std::vector<std::shared_ptr<Sequence>> seqs;
+  for (int i = 0; i < 3; ++i) {
+    seqs.push_back(make_seq(std::to_string(i), 4, 8, i));
+    sched.add(seqs.back());
+  }
+  int steps = 0, preemptions = 0;
+  while (sched.has_unfinished()) {
+    auto out = sched.schedule();
+    preemptions += out.num_preempted;
+    ASSERT_FALSE(out.empty()) << "scheduler stalled with work left (deadlock)";
+    run_step(sched, out);
+    ASSERT_LT(++steps, 200);
+  }
+  EXPECT_GT(preemptions, 0);
+  for (auto& s : seqs) {
+    EXPECT_EQ(s->output_ids.size(), 8u) << s->request_id;
+  }
+  EXPECT_EQ(blocks.num_free_blocks(), 6);
+  // The oldest request is never the victim while younger ones run.
+  EXPECT_EQ(seqs[0]->num_preemptions, 0);
+}
+
+TEST(Scheduler, WithoutMixedBatchesPrefillAndDecodeRunInSeparateSteps) {
+  KvBlockManager blocks(64, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64,
+                   .mixed_batch = false},
+                  blocks);
+  sched.add(make_seq("a", 4, 5, 0));
+  run_step(sched, sched.schedule());
+  sched.add(make_seq("b", 4, 5, 1));
+  sched.add(make_seq("c", 4, 5, 2));
+  for (int i = 0; i < 6; ++i) {
+    auto out = sched.schedule();
+    int prefills = 0, decodes = 0;
+    for (auto& s : out.scheduled) (s.num_tokens > 1 ? prefills : decodes)++;
+    EXPECT_TRUE(prefills == 0 || (prefills == 1 && decodes == 0)) << "step " << i;
+    run_step(sched, out);
+  }
+}
+
+TEST(Scheduler, AbortFreesBlocks) {
+  KvBlockManager blocks(8, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 32}, blocks);
+  auto a = make_seq("a", 9, 4, 0);
+  sched.add(a);
+  run_step(sched, sched.schedule());
+  EXPECT_LT(blocks.num_free_blocks(), 8);
+  EXPECT_TRUE(sched.abort("a"));
+  EXPECT_EQ(a->finish_reason, FinishReason::kAbort);
+  EXPECT_EQ(blocks.num_free_blocks(), 8);
+  EXPECT_FALSE(sched.has_unfinished());
+  EXPECT_FALSE(sched.abort("a"));
+}

@@ -1,0 +1,152 @@
+// Every supported family, end to end through the real CPU plugin, against an
+// independent numpy forward pass (tests/reference/forward.py): last-position
+// logits within a tight tolerance and identical greedy ids for 16 tokens.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/llm_engine.h"
+
+namespace fs = std::filesystem;
+using namespace halo;
+
+namespace {
+
+const std::string kPluginPath = std::string(HALO_PLUGIN_DIR) + "/libhalo_plugin_cpu.so";
+const std::vector<int32_t> kPrompt = {1, 3, 287, 1002, 45, 3001, 17, 998, 2047, 5, 76, 4000, 12};
+
+int run(const std::string& cmd) {
+  int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+struct Case {
+  std::string name;
+  std::string generator_args;  // empty: use the embedded pkgchat-5m model
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
+
+class ModelReference : public ::testing::TestWithParam<Case> {
+ protected:
+  fs::path model_dir() {
+    const Case& c = GetParam();
+    if (c.generator_args.empty()) return fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m";
+    fs::path dir = fs::temp_directory_path() / fmt::format("halo-ref-{}-{}", c.name, getpid());
+    fs::remove_all(dir);
+    int rc = run(fmt::format("{} {}/tools/make_test_model.py --out {} {}", HALO_PYTHON, HALO_SOURCE_DIR,
+                             dir.string(), c.generator_args));
+    EXPECT_EQ(rc, 0) << "test-model generator failed";
+    cleanup_ = dir;
+    return dir;
+  }
+  void TearDown() override {
+    if (!cleanup_.empty()) fs::remove_all(cleanup_);
+  }
+  fs::path cleanup_;
+};
+
+nlohmann::json reference(const fs::path& dir) {
+  std::string ids;
+  for (int32_t t : kPrompt) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  fs::path out = dir.parent_path() / fmt::format("halo-ref-out-{}.json", getpid());
+  int rc = run(fmt::format("{} {}/tests/reference/forward.py {} --prompt-ids {} --steps 16 > {}", HALO_PYTHON,
+                           HALO_SOURCE_DIR, dir.string(), ids, out.string()));
+  if (rc != 0) throw std::runtime_error("tests/reference/forward.py failed (is python3-numpy installed? run scripts/install-deps.sh --test)");
+  std::ifstream in(out);
+  auto j = nlohmann::json::parse(in);
+  fs::remove(out);
+  return j;
+}
+
+// Prefill of the prompt through the device ABI, as the engine's runner does it.
+std::vector<float> halo_last_logits(std::shared_ptr<const model::LoadedModel> model) {
+  auto plugin = device::Plugin::load(kPluginPath);
+  auto dev = std::make_shared<device::Device>(plugin, 0);
+  halo_limits limits{};
+  limits.max_num_seqs = 4;
+  limits.max_model_len = 128;
+  limits.max_num_batched_tokens = 128;
+  limits.block_size = 4;  // several blocks, so paging is exercised
+  std::vector<halo_named_tensor> weights(model->weights().begin(), model->weights().end());
+  auto exe = std::make_shared<device::Executable>(dev, model->config().spec, weights, limits);
+  device::KvCache cache(exe, 32, limits.block_size);
+  engine::KvBlockManager blocks(32, limits.block_size);
+  engine::Sequence seq;
+  seq.prompt_ids = kPrompt;
+  EXPECT_TRUE(blocks.allocate_slots(seq, seq.num_tokens()));
+  engine::SchedulerOutput step;
+  step.scheduled.push_back({&seq, seq.num_tokens()});
+  engine::ModelRunner runner(*exe, cache, model->config().spec.vocab_size);
+  runner.execute(step);
+  float* row = runner.logits_row(0);
+  return std::vector<float>(row, row + model->config().spec.vocab_size);
+}
+
+std::vector<int32_t> halo_greedy(std::shared_ptr<const model::LoadedModel> model, int threads) {
+  engine::EngineConfig cfg;
+  cfg.device = kPluginPath;
+  cfg.max_model_len = 128;
+  cfg.max_num_seqs = 4;
+  cfg.max_kv_tokens = 1024;
+  cfg.threads = threads;
+  engine::LLMEngine eng(cfg, model);
+  engine::SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 16;
+  p.ignore_eos = true;
+  eng.add_request("r", kPrompt, p);
+  std::vector<int32_t> out;
+  while (eng.has_unfinished())
+    for (auto& o : eng.step()) out.insert(out.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_P(ModelReference, LogitsAndGreedyIdsMatchNumpy) {
+  fs::path dir = model_dir();
+  ASSERT_TRUE(fs::exists(dir / "config.json"));
+  auto model = std::make_shared<const model::LoadedModel>(model::LoadedModel::load(dir));
+  auto ref = reference(dir);
+  auto want = ref.at("last_logits").get<std::vector<double>>();
+  auto got = halo_last_logits(model);
+  ASSERT_EQ(got.size(), want.size());
+  double max_ref = 0, max_err = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    max_ref = std::max(max_ref, std::abs(want[i]));
+    max_err = std::max(max_err, std::abs(got[i] - want[i]));
+  }
+  EXPECT_LE(max_err, 1e-4 + 1e-4 * max_ref) << "max |logit| " << max_ref;
+  EXPECT_GT(max_ref, 1e-3) << "degenerate reference logits: the comparison would prove nothing";
+
+  auto greedy_ref = ref.at("greedy_ids").get<std::vector<int32_t>>();
+  EXPECT_EQ(halo_greedy(model, 2), greedy_ref);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, ModelReference,
+    ::testing::Values(Case{"pkgchat5m", ""},
+                      Case{"llama_bf16", "--family llama --dtype bf16 --seed 1"},
+                      Case{"llama3_rope_scaling", "--family llama3 --dtype bf16 --seed 2"},
+                      Case{"mistral_fp16", "--family mistral --dtype fp16 --seed 3"},
+                      Case{"qwen2_bias", "--family qwen2 --dtype bf16 --seed 4"},
+                      Case{"qwen3_qknorm", "--family qwen3 --dtype bf16 --seed 5"},
+                      Case{"phi3_fused", "--family phi3 --dtype fp32 --seed 6"},
+                      Case{"llama_tied_fp32", "--family llama --dtype fp32 --tie-embeddings --seed 7"},
+                      Case{"llama_sharded", "--family llama --dtype bf16 --shards 3 --seed 8"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(ModelReference, GreedyIsStableAcrossThreadCounts) {
+  auto model = std::make_shared<const model::LoadedModel>(
+      model::LoadedModel::load(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m"));
+  auto one = halo_greedy(model, 1);
+  EXPECT_EQ(one, halo_greedy(model, 2));
+  EXPECT_EQ(one, halo_greedy(model, 1));
+}

@@ -1,0 +1,24 @@
+#pragma once
+// Subcommands of the `halo` binary. Each add_*_command registers itself and
+// its callback on the app; the callback throws halo::Error on bad input and
+// main() turns that into "error: ..." and exit code 1.
+#include <filesystem>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/llm_engine.h"
+
+namespace halo::tools {
+
+// The embedded default model: <prefix>/share/halo/models/pkgchat-5m when
+// installed, else the copy in the source tree this binary was built from.
+std::filesystem::path default_model_dir();
+
+// Engine flags shared by every command that runs a model (named as vLLM's).
+void add_engine_options(CLI::App& cmd, engine::EngineConfig& config);
+
+void add_generate_command(CLI::App& app);
+void add_devices_command(CLI::App& app);
+void add_render_chat_command(CLI::App& app);
+
+}  // namespace halo::tools

@@ -1,0 +1,80 @@
+#include "config_file.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "common/error.h"
+
+namespace halo::tools {
+namespace {
+
+std::vector<std::string> yaml_to_args(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw Error(fmt::format("--config {}: cannot open the file", path));
+  } catch (const YAML::Exception& e) {
+    throw Error(fmt::format("--config {}: not valid YAML: {}", path, e.what()));
+  }
+  if (root.IsNull()) return {};
+  if (!root.IsMap()) throw Error(fmt::format("--config {}: expected a map of flag names to values", path));
+  std::vector<std::string> args;
+  for (const auto& kv : root) {
+    std::string key = kv.first.as<std::string>();
+    if (key.starts_with("--")) key = key.substr(2);
+    const YAML::Node& v = kv.second;
+    std::string flag = "--" + key;
+    if (v.IsScalar()) {
+      std::string s = v.as<std::string>();
+      if (s == "true" || s == "false") {
+        args.push_back(flag + "=" + s);
+      } else {
+        args.push_back(flag);
+        args.push_back(s);
+      }
+    } else if (v.IsSequence()) {
+      for (const auto& item : v) {
+        if (!item.IsScalar()) throw Error(fmt::format("--config {}: key '{}' holds a nested value", path, key));
+        args.push_back(flag);
+        args.push_back(item.as<std::string>());
+      }
+    } else if (!v.IsNull()) {
+      throw Error(fmt::format("--config {}: key '{}' must be a scalar or a list", path, key));
+    }
+  }
+  return args;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_config_args(int argc, char** argv) {
+  std::vector<std::string> in(argv, argv + argc), head, config, tail;
+  // The subcommand is the first argument that does not start with '-'
+  // (global flags before it take no values except --log-level).
+  size_t sub = 1;
+  while (sub < in.size() && in[sub].starts_with("-")) sub += (in[sub] == "--log-level") ? 2 : 1;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (i > sub && in[i] == "--config") {
+      if (i + 1 >= in.size()) throw Error("--config needs a file name");
+      auto more = yaml_to_args(in[++i]);
+      config.insert(config.end(), more.begin(), more.end());
+    } else if (i > sub && in[i].starts_with("--config=")) {
+      auto more = yaml_to_args(in[i].substr(9));
+      config.insert(config.end(), more.begin(), more.end());
+    } else {
+      (i <= sub ? head : tail).push_back(in[i]);
+    }
+  }
+  head.insert(head.end(), config.begin(), config.end());
+  head.insert(head.end(), tail.begin(), tail.end());
+  return head;
+}
+
+void last_value_wins(CLI::App& cmd) {
+  for (CLI::Option* opt : cmd.get_options()) {
+    if (opt->get_expected_max() <= 1) opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
+}
+
+}  // namespace halo::tools

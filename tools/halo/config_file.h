@@ -1,0 +1,21 @@
+#pragma once
+// `--config FILE.yaml`: engine and command settings from a YAML map whose keys
+// are the long flag names (`max-num-seqs: 8`). The file's settings are placed
+// before the command line's, and single-valued options keep their last value,
+// so the command line wins.
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace halo::tools {
+
+// Returns argv with the settings of every `--config FILE` expanded in place of
+// that flag, right after the subcommand name. Throws halo::Error naming the
+// file and key for unreadable YAML or values that are not scalars or lists.
+std::vector<std::string> expand_config_args(int argc, char** argv);
+
+// Makes every single-valued option of `cmd` keep its last value.
+void last_value_wins(CLI::App& cmd);
+
+}  // namespace halo::tools

@@ -1,0 +1,41 @@
+#include <boost/dll/runtime_symbol_info.hpp>
+
+#include "commands.h"
+
+namespace halo::tools {
+namespace fs = std::filesystem;
+
+fs::path default_model_dir() {
+  boost::system::error_code ec;
+  auto exe = boost::dll::program_location(ec);
+  if (!ec) {
+    fs::path installed = fs::path(exe.parent_path().string()) / ".." / "share" / "halo" / "models" / "pkgchat-5m";
+    if (fs::exists(installed / "config.json")) return installed.lexically_normal();
+  }
+  return fs::path(HALO_SOURCE_MODEL_DIR);
+}
+
+void add_engine_options(CLI::App& cmd, engine::EngineConfig& c) {
+  cmd.add_option("--device", c.device, "Device plugin: a name (cpu, rbln, cuda) or a plugin .so path")
+      ->capture_default_str();
+  cmd.add_option("--device-index", c.device_index, "Which device of the plugin")->capture_default_str();
+  cmd.add_option("--max-num-seqs", c.max_num_seqs, "Most sequences in one step")->capture_default_str();
+  cmd.add_option("--max-model-len", c.max_model_len,
+                 "Most tokens per sequence, prompt plus output (0: the model's max_position_embeddings)");
+  cmd.add_option("--max-num-batched-tokens", c.max_num_batched_tokens,
+                 "Most tokens in one step (0: max(2048, max-model-len))");
+  cmd.add_option("--block-size", c.block_size, "Tokens per KV block (0: the device's choice)");
+  cmd.add_option("--kv-cache-memory", c.kv_cache_memory, "Bytes for the KV cache (wins over the fraction)");
+  cmd.add_option("--device-memory-utilization,--gpu-memory-utilization", c.device_memory_utilization,
+                 "Fraction of the device memory left after weights to give the KV cache")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
+  cmd.add_option("--max-kv-tokens", c.max_kv_tokens, "Size the KV cache in tokens instead of bytes");
+  cmd.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", c.enable_chunked_prefill,
+               "Split long prompts across steps, mixed with decodes")
+      ->capture_default_str();
+  cmd.add_option("--seed", c.seed, "Seed of the engine's random generator")->capture_default_str();
+  cmd.add_option("--threads", c.threads, "Host threads for the CPU plugin (0: all cores)");
+}
+
+}  // namespace halo::tools
