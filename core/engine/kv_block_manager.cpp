@@ -16,11 +16,79 @@ const char* finish_reason_name(FinishReason reason) {
   return "";
 }
 
-KvBlockManager::KvBlockManager(int num_blocks, int block_size)
-    : num_blocks_(num_blocks), block_size_(block_size), ref_counts_(num_blocks, 0) {
+KvBlockManager::KvBlockManager(int num_blocks, int block_size, bool enable_prefix_caching)
+    : num_blocks_(num_blocks), block_size_(block_size), prefix_caching_(enable_prefix_caching) {
   if (num_blocks <= 0 || block_size <= 0)
     throw Error(fmt::format("KV block manager: num_blocks={} block_size={} must be positive", num_blocks, block_size));
-  for (int32_t b = 0; b < num_blocks; ++b) free_.push_back(b);
+  blocks_.resize(num_blocks);
+  for (int32_t b = 0; b < num_blocks; ++b) {
+    blocks_[b].in_free = true;
+    blocks_[b].free_pos = free_.insert(free_.end(), b);
+  }
+  if (prefix_caching_) cached_tokens_.resize(size_t(num_blocks) * block_size);
+}
+
+uint64_t KvBlockManager::chain_hash(uint64_t parent, const Sequence& seq, int block_index) const {
+  // FNV-1a over the parent hash and the block's tokens, then a 64-bit finalizer.
+  uint64_t h = 1469598103934665603ull ^ parent;
+  for (int i = 0; i < block_size_; ++i) {
+    uint32_t t = static_cast<uint32_t>(seq.token_at(block_index * block_size_ + i));
+    h = (h ^ t) * 1099511628211ull;
+  }
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h;
+}
+
+bool KvBlockManager::same_tokens(int32_t block, const Sequence& seq, int block_index) const {
+  const int32_t* stored = &cached_tokens_[size_t(block) * block_size_];
+  for (int i = 0; i < block_size_; ++i)
+    if (stored[i] != seq.token_at(block_index * block_size_ + i)) return false;
+  return true;
+}
+
+void KvBlockManager::take(int32_t b) {
+  Block& blk = blocks_[b];
+  if (blk.in_free) {
+    free_.erase(blk.free_pos);
+    blk.in_free = false;
+  }
+  blk.ref++;
+}
+
+int32_t KvBlockManager::pop_free() {
+  int32_t b = free_.front();
+  free_.pop_front();
+  Block& blk = blocks_[b];
+  blk.in_free = false;
+  if (blk.cached) {  // evicted: its contents are about to be overwritten
+    auto it = cached_.find(blk.hash);
+    if (it != cached_.end() && it->second == b) cached_.erase(it);
+    blk.cached = false;
+  }
+  return b;
+}
+
+int KvBlockManager::attach_cached_prefix(Sequence& seq) {
+  if (!prefix_caching_ || !seq.block_table.empty()) return 0;
+  // The last token must be computed to produce logits, so at most
+  // (num_tokens - 1) tokens can come from the cache.
+  int max_blocks = (seq.num_tokens() - 1) / block_size_;
+  seq.block_hashes.clear();
+  uint64_t parent = 0;
+  for (int i = 0; i < max_blocks; ++i) {
+    uint64_t h = chain_hash(parent, seq, i);
+    auto it = cached_.find(h);
+    if (it == cached_.end() || !same_tokens(it->second, seq, i)) break;
+    take(it->second);
+    seq.block_table.push_back(it->second);
+    seq.block_hashes.push_back(h);
+    parent = h;
+  }
+  int hit = static_cast<int>(seq.block_table.size()) * block_size_;
+  seq.num_computed_tokens = hit;
+  return hit;
 }
 
 bool KvBlockManager::allocate_slots(Sequence& seq, int num_tokens) {
@@ -28,20 +96,42 @@ bool KvBlockManager::allocate_slots(Sequence& seq, int num_tokens) {
   if (need <= 0) return true;
   if (need > num_free_blocks()) return false;
   for (int i = 0; i < need; ++i) {
-    int32_t b = free_.front();
-    free_.pop_front();
-    ref_counts_[b] = 1;
+    int32_t b = pop_free();
+    blocks_[b].ref = 1;
     seq.block_table.push_back(b);
   }
   return true;
 }
 
+void KvBlockManager::cache_full_blocks(Sequence& seq) {
+  if (!prefix_caching_) return;
+  int full = std::min<int>(seq.num_computed_tokens / block_size_, static_cast<int>(seq.block_table.size()));
+  for (int i = static_cast<int>(seq.block_hashes.size()); i < full; ++i) {
+    uint64_t parent = i == 0 ? 0 : seq.block_hashes[i - 1];
+    uint64_t h = chain_hash(parent, seq, i);
+    seq.block_hashes.push_back(h);
+    int32_t b = seq.block_table[i];
+    Block& blk = blocks_[b];
+    if (blk.cached || cached_.count(h)) continue;  // an identical block is already registered
+    blk.cached = true;
+    blk.hash = h;
+    cached_[h] = b;
+    for (int t = 0; t < block_size_; ++t) cached_tokens_[size_t(b) * block_size_ + t] = seq.token_at(i * block_size_ + t);
+  }
+}
+
 void KvBlockManager::free(Sequence& seq) {
-  // Freed in reverse so the tail of a sequence, least likely to be shared, is reused first.
+  // Tail first: the end of a sequence is the least likely to be shared, so it
+  // is evicted first.
   for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) {
-    if (--ref_counts_[*it] == 0) free_.push_back(*it);
+    Block& blk = blocks_[*it];
+    if (--blk.ref == 0) {
+      blk.in_free = true;
+      blk.free_pos = free_.insert(free_.end(), *it);
+    }
   }
   seq.block_table.clear();
+  seq.block_hashes.clear();
 }
 
 }  // namespace halo::engine

@@ -1,9 +1,16 @@
 #pragma once
-// Owns the pool of fixed-size KV blocks: a free list and a reference count per
-// block. The scheduler asks it for slots; it never decides who runs.
-// Invariant: a block is on the free list exactly when its ref count is 0.
+// Owns the pool of fixed-size KV blocks: reference counts, a free list, and
+// (with prefix caching) a map from the hash chain of a full block's tokens to
+// the block that holds them. The scheduler asks it for slots; it never decides
+// who runs.
+//
+// Invariants: a block is on the free list exactly when its ref count is 0;
+// only full blocks are ever cached or shared, so a shared block is never
+// written again; a freed cached block keeps its contents until it is handed
+// out again (least recently freed first), so a later request can still hit it.
 #include <cstdint>
-#include <deque>
+#include <list>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/sequence.h"
@@ -12,28 +19,61 @@ namespace halo::engine {
 
 class KvBlockManager {
  public:
-  KvBlockManager(int num_blocks, int block_size);
+  KvBlockManager(int num_blocks, int block_size, bool enable_prefix_caching = false);
 
   int num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
   int num_free_blocks() const { return static_cast<int>(free_.size()); }
   float usage() const { return num_blocks_ ? 1.0f - float(free_.size()) / float(num_blocks_) : 0.0f; }
+  bool prefix_caching() const { return prefix_caching_; }
 
-  // Blocks `seq` needs in all to hold `num_tokens` tokens.
+  // Blocks needed in all to hold `num_tokens` tokens.
   int blocks_needed(int num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+
+  // Prefix caching: gives a sequence with an empty block table the cached
+  // blocks of its longest cached prefix of full blocks (never all of its
+  // tokens: the last one is always computed, to produce logits) and sets
+  // num_computed_tokens. Returns the tokens hit; 0 when caching is off.
+  int attach_cached_prefix(Sequence& seq);
 
   // Grows seq.block_table so that it covers `num_tokens` tokens. Returns false
   // (and changes nothing) when not enough blocks are free.
   bool allocate_slots(Sequence& seq, int num_tokens);
 
+  // Prefix caching: registers the blocks of `seq` that are now full of
+  // computed tokens, so later requests can reuse them.
+  void cache_full_blocks(Sequence& seq);
+
   // Returns every block of the sequence to the pool and clears its table.
   void free(Sequence& seq);
 
+  // Prefix cache counters, in tokens (as vLLM reports them): the scheduler
+  // records one query per admitted request.
+  void record_prefix_query(int tokens, int hit) { queries_ += tokens; hits_ += hit; }
+  uint64_t prefix_queries() const { return queries_; }
+  uint64_t prefix_hits() const { return hits_; }
+
  private:
+  struct Block {
+    int ref = 0;
+    bool cached = false;
+    uint64_t hash = 0;
+    bool in_free = false;
+    std::list<int32_t>::iterator free_pos;
+  };
+  uint64_t chain_hash(uint64_t parent, const Sequence& seq, int block_index) const;
+  bool same_tokens(int32_t block, const Sequence& seq, int block_index) const;
+  void take(int32_t block);     // ref++ (off the free list if it was free)
+  int32_t pop_free();           // evicts the least recently freed block
+
   int num_blocks_;
   int block_size_;
-  std::vector<int> ref_counts_;
-  std::deque<int32_t> free_;
+  bool prefix_caching_;
+  std::vector<Block> blocks_;
+  std::list<int32_t> free_;  // front = next to hand out
+  std::unordered_map<uint64_t, int32_t> cached_;  // chain hash -> block
+  std::vector<int32_t> cached_tokens_;             // [num_blocks * block_size], checked on a hit
+  uint64_t queries_ = 0, hits_ = 0;
 };
 
 }  // namespace halo::engine

@@ -94,7 +94,7 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
                             std::max<int64_t>(fits, 0)));
   }
   kv_cache_ = std::make_unique<device::KvCache>(executable_, static_cast<int>(num_blocks), bs);
-  blocks_ = std::make_unique<KvBlockManager>(static_cast<int>(num_blocks), bs);
+  blocks_ = std::make_unique<KvBlockManager>(static_cast<int>(num_blocks), bs, config_.enable_prefix_caching);
 
   SchedulerConfig sc;
   sc.max_num_seqs = limits_.max_num_seqs;
@@ -110,8 +110,8 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   runner_ = std::make_unique<ModelRunner>(*executable_, *kv_cache_, spec.vocab_size);
   eos_ids_ = mc.eos_token_ids;
   spdlog::info("engine ready on {} ({}): max_num_seqs={} max_model_len={} max_num_batched_tokens={} "
-               "chunked_prefill={}", plugin_->name(), device_->info().name, sc.max_num_seqs, sc.max_model_len,
-               sc.max_num_batched_tokens, sc.chunked_prefill);
+               "chunked_prefill={} prefix_caching={}", plugin_->name(), device_->info().name, sc.max_num_seqs,
+               sc.max_model_len, sc.max_num_batched_tokens, sc.chunked_prefill, config_.enable_prefix_caching);
 }
 
 LLMEngine::~LLMEngine() = default;
@@ -175,6 +175,7 @@ std::vector<RequestOutput> LLMEngine::step() {
     int computed_prompt = std::clamp(prompt_len - seq.num_computed_tokens, 0, sched.scheduled[i].num_tokens);
     stats_.prompt_tokens += computed_prompt;
     seq.num_computed_tokens += sched.scheduled[i].num_tokens;
+    blocks_->cache_full_blocks(seq);
     float* row = runner_->logits_row(i);
     if (row == nullptr) continue;
     std::span<float> logits(row, vocab);
@@ -209,6 +210,8 @@ EngineStats LLMEngine::stats() const {
   s.num_waiting = scheduler_->num_waiting();
   s.num_running = scheduler_->num_running();
   s.kv_cache_usage = blocks_->usage();
+  s.prefix_cache_queries = blocks_->prefix_queries();
+  s.prefix_cache_hits = blocks_->prefix_hits();
   return s;
 }
 

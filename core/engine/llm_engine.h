@@ -30,6 +30,7 @@ struct EngineConfig {
   float device_memory_utilization = 0.9f;
   int64_t max_kv_tokens = 0;        // like TensorRT-LLM's max_tokens_in_paged_kv_cache
   bool enable_chunked_prefill = true;
+  bool enable_prefix_caching = false;  // reuse KV blocks of shared prompt prefixes
   uint64_t seed = 0;
   int threads = 0;                  // plugin option "threads"; 0 = all cores
   device::Options plugin_options;
@@ -48,6 +49,8 @@ struct EngineStats {
   size_t num_running = 0;
   float kv_cache_usage = 0.0f;
   uint64_t num_preemptions = 0;
+  uint64_t prefix_cache_queries = 0;  // tokens looked up
+  uint64_t prefix_cache_hits = 0;     // tokens found
   uint64_t prompt_tokens = 0;      // computed prompt tokens, including recomputation
   uint64_t generation_tokens = 0;
   uint64_t steps = 0;

@@ -68,7 +68,17 @@ SchedulerOutput Scheduler::schedule() {
     int n = std::min(remaining, budget);
     if (n < remaining && !config_.chunked_prefill) break;
     if (!kind_allowed(remaining > 1)) break;
-    if (!blocks_.allocate_slots(*seq, seq->num_computed_tokens + n)) break;
+    int hit = seq->block_table.empty() ? blocks_.attach_cached_prefix(*seq) : 0;
+    if (hit > 0) {
+      remaining = seq->num_tokens() - seq->num_computed_tokens;
+      n = std::min(remaining, budget);
+    }
+    if (!blocks_.allocate_slots(*seq, seq->num_computed_tokens + n)) {
+      blocks_.free(*seq);  // hand back any cached prefix; it stays cached
+      seq->num_computed_tokens = 0;
+      break;
+    }
+    if (blocks_.prefix_caching()) blocks_.record_prefix_query(seq->num_tokens(), hit);
     waiting_.pop_front();
     seq->status = SequenceStatus::kRunning;
     running_.push_back(seq);

@@ -30,6 +30,7 @@ struct Sequence {
   int num_computed_tokens = 0;  // tokens whose K/V are in the cache
   int num_preemptions = 0;
   std::vector<int32_t> block_table;
+  std::vector<uint64_t> block_hashes;  // prefix-cache hash chain of the full blocks registered so far
 
   int num_tokens() const { return static_cast<int>(prompt_ids.size() + output_ids.size()); }
   int32_t token_at(int i) const {

@@ -44,3 +44,77 @@ TEST(KvBlockManager, FreedBlocksAreReusedAndNeverShared) {
 }
 
 TEST(KvBlockManager, RejectsEmptyPool) { EXPECT_THROW(KvBlockManager(0, 16), halo::Error); }
+
+namespace {
+Sequence seq_with(std::vector<int32_t> tokens) {
+  Sequence s;
+  s.prompt_ids = std::move(tokens);
+  return s;
+}
+// Computes the whole sequence and registers its full blocks, as the engine does.
+void compute_all(KvBlockManager& m, Sequence& s) {
+  ASSERT_TRUE(m.allocate_slots(s, s.num_tokens()));
+  s.num_computed_tokens = s.num_tokens();
+  m.cache_full_blocks(s);
+}
+}  // namespace
+
+TEST(PrefixCache, SharedPrefixReusesTheSameBlocks) {
+  KvBlockManager m(16, 4, true);
+  Sequence a = seq_with({1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  compute_all(m, a);
+  Sequence b = seq_with({1, 2, 3, 4, 5, 6, 7, 8, 42, 43, 44});
+  EXPECT_EQ(m.attach_cached_prefix(b), 8);
+  EXPECT_EQ(b.num_computed_tokens, 8);
+  ASSERT_EQ(b.block_table.size(), 2u);
+  EXPECT_EQ(b.block_table[0], a.block_table[0]);
+  EXPECT_EQ(b.block_table[1], a.block_table[1]);
+  // Shared blocks survive one owner leaving.
+  int free_before = m.num_free_blocks();
+  m.free(a);
+  EXPECT_EQ(m.num_free_blocks(), free_before + 1);  // only a's private third block
+}
+
+TEST(PrefixCache, TheLastTokenIsAlwaysComputed) {
+  KvBlockManager m(16, 4, true);
+  Sequence a = seq_with({1, 2, 3, 4, 5, 6, 7, 8});
+  compute_all(m, a);
+  Sequence b = seq_with({1, 2, 3, 4, 5, 6, 7, 8});
+  EXPECT_EQ(m.attach_cached_prefix(b), 4);  // not 8: logits need one computed token
+}
+
+TEST(PrefixCache, HashChainDependsOnEveryEarlierBlock) {
+  KvBlockManager m(16, 4, true);
+  Sequence a = seq_with({1, 2, 3, 4, 5, 6, 7, 8, 9});
+  compute_all(m, a);
+  Sequence b = seq_with({9, 9, 9, 9, 5, 6, 7, 8, 9});  // same second block, other first block
+  EXPECT_EQ(m.attach_cached_prefix(b), 0);
+}
+
+TEST(PrefixCache, FreedBlocksStayReusableUntilEvictedLeastRecentlyFreedFirst) {
+  KvBlockManager m(4, 4, true);
+  Sequence a = seq_with({1, 2, 3, 4, 5});
+  compute_all(m, a);  // blocks: [1,2,3,4] cached, [5] partial
+  m.free(a);
+  EXPECT_EQ(m.num_free_blocks(), 4);
+  Sequence b = seq_with({1, 2, 3, 4, 6});
+  EXPECT_EQ(m.attach_cached_prefix(b), 4) << "a freed cached block is still a hit";
+  m.free(b);
+  // Fill the pool with other work: the cached block is evicted only when needed.
+  Sequence c = seq_with(std::vector<int32_t>(12, 7));
+  ASSERT_TRUE(m.allocate_slots(c, 12));  // 3 of 4 blocks
+  m.free(c);
+  Sequence d = seq_with(std::vector<int32_t>(16, 8));
+  ASSERT_TRUE(m.allocate_slots(d, 16));  // every block: the cached one must go
+  m.free(d);
+  Sequence e = seq_with({1, 2, 3, 4, 6});
+  EXPECT_EQ(m.attach_cached_prefix(e), 0) << "evicted block must not be a hit";
+}
+
+TEST(PrefixCache, OffByDefault) {
+  KvBlockManager m(16, 4);
+  Sequence a = seq_with({1, 2, 3, 4, 5, 6, 7, 8, 9});
+  compute_all(m, a);
+  Sequence b = seq_with({1, 2, 3, 4, 5, 6, 7, 8, 9});
+  EXPECT_EQ(m.attach_cached_prefix(b), 0);
+}

@@ -34,6 +34,9 @@ void add_engine_options(CLI::App& cmd, engine::EngineConfig& c) {
   cmd.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", c.enable_chunked_prefill,
                "Split long prompts across steps, mixed with decodes")
       ->capture_default_str();
+  cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", c.enable_prefix_caching,
+               "Reuse the KV blocks of shared prompt prefixes (hash chain of full blocks, LRU eviction)")
+      ->capture_default_str();
   cmd.add_option("--seed", c.seed, "Seed of the engine's random generator")->capture_default_str();
   cmd.add_option("--threads", c.threads, "Host threads for the CPU plugin (0: all cores)");
 }
