@@ -1,0 +1,58 @@
+#include <algorithm>
+
+#include "halo/kernels/kernels.h"
+#include "simd.h"
+
+namespace halo::kernels {
+
+namespace {
+constexpr size_t kRowsPerTile = 16;   // weight rows (output columns) per task
+constexpr size_t kXRowsPerBlock = 32;  // activation rows per task
+}  // namespace
+
+void matmul_nt(ThreadPool& pool, const float* x, size_t M, size_t K, const void* w, DType wt,
+               size_t N, const float* bias, float* y) {
+  if (M == 0 || N == 0) return;
+  const detail::SimdTable& simd = detail::simd();
+  const detail::RowsFn direct =
+      wt == DType::F32 ? simd.rows_f32 : (wt == DType::BF16 ? simd.rows_bf16 : simd.rows_f16);
+  const size_t esize = dtype_size(wt);
+  const size_t n_tiles = (N + kRowsPerTile - 1) / kRowsPerTile;
+  const size_t m_blocks = (M + kXRowsPerBlock - 1) / kXRowsPerBlock;
+  // With many activation rows a 16-bit weight tile is converted to fp32
+  // once per task and reused; conversion is exact, so this gives bitwise the
+  // same result as converting in registers (what small batches do).
+  const bool convert_tile = wt != DType::F32 && M >= 16;
+  const char* wbytes = static_cast<const char*>(w);
+
+  pool.parallel_for(n_tiles * m_blocks, [&](size_t task, int worker) {
+    const size_t mb = task / n_tiles;
+    const size_t nt = task % n_tiles;
+    const size_t n0 = nt * kRowsPerTile;
+    const size_t n1 = std::min(N, n0 + kRowsPerTile);
+    const size_t m0 = mb * kXRowsPerBlock;
+    const size_t m1 = std::min(M, m0 + kXRowsPerBlock);
+    const void* tile = wbytes + n0 * K * esize;
+    detail::RowsFn rows = direct;
+    size_t tile_esize = esize;
+    if (convert_tile) {
+      float* buf = pool.scratch(worker, 0, (n1 - n0) * K);
+      to_f32(tile, wt, buf, (n1 - n0) * K);
+      tile = buf;
+      rows = simd.rows_f32;
+      tile_esize = sizeof(float);
+    }
+    float out[4];
+    for (size_t m = m0; m < m1; ++m) {
+      const float* xr = x + m * K;
+      float* yr = y + m * N;
+      for (size_t n = n0; n < n1; n += 4) {
+        const int nr = static_cast<int>(std::min<size_t>(4, n1 - n));
+        rows(xr, static_cast<const char*>(tile) + (n - n0) * K * tile_esize, K, nr, out);
+        for (int r = 0; r < nr; ++r) yr[n + r] = bias ? out[r] + bias[n + r] : out[r];
+      }
+    }
+  });
+}
+
+}  // namespace halo::kernels

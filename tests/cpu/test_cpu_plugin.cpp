@@ -1,0 +1,894 @@
+// Tests of the CPU plugin through its C table, loaded with dlopen.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "halo/kernels/dtype.h"
+#include "test_model.h"
+
+using namespace halo::test;
+
+namespace {
+
+#define EXPECT_STATUS(call, want_code, substr)                                        \
+  do {                                                                                \
+    const Status st_ = take(call);                                                    \
+    EXPECT_EQ(st_.code, want_code) << st_.message;                                    \
+    EXPECT_FALSE(st_.message.empty());                                                \
+    EXPECT_NE(st_.message.find(substr), std::string::npos) << "message: " << st_.message; \
+  } while (0)
+
+#define ASSERT_OK(call)                                   \
+  do {                                                    \
+    const Status st_ = take(call);                        \
+    ASSERT_EQ(st_.code, HALO_STATUS_OK) << st_.message;   \
+  } while (0)
+
+// ------------------------------------------------------------------ table
+
+TEST(CpuPluginTable, EntriesAndVersion) {
+  const halo_plugin_api* a = api();
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->struct_size, sizeof(halo_plugin_api));
+  EXPECT_EQ(a->abi_major, HALO_ABI_VERSION_MAJOR);
+  EXPECT_EQ(a->abi_minor, HALO_ABI_VERSION_MINOR);
+  EXPECT_STREQ(a->plugin_name, "cpu");
+  EXPECT_NE(a->plugin_version, nullptr);
+  EXPECT_TRUE(a->error_code && a->error_message && a->error_destroy);
+  EXPECT_TRUE(a->device_count && a->device_get_properties && a->device_open && a->device_destroy);
+  EXPECT_TRUE(a->prepare && a->executable_destroy);
+  EXPECT_TRUE(a->kv_cache_create && a->kv_cache_copy_blocks && a->kv_cache_destroy);
+  EXPECT_TRUE(a->execute);
+  EXPECT_TRUE(a->buffer_from_host && a->buffer_to_host && a->buffer_destroy);
+}
+
+TEST(CpuPluginTable, DestroyToleratesNull) {
+  api()->error_destroy(nullptr);
+  api()->device_destroy(nullptr);
+  api()->executable_destroy(nullptr);
+  api()->kv_cache_destroy(nullptr);
+  api()->buffer_destroy(nullptr);
+}
+
+// ---------------------------------------------------------------- devices
+
+TEST(CpuPluginDevice, CountAndProperties) {
+  halo_device_count_args c{};
+  c.struct_size = sizeof c;
+  ASSERT_OK(api()->device_count(&c));
+  EXPECT_EQ(c.count, 1);
+
+  halo_device_properties p{};
+  p.struct_size = sizeof p;
+  halo_device_get_properties_args g{};
+  g.struct_size = sizeof g;
+  g.device_index = 0;
+  g.properties = &p;
+  ASSERT_OK(api()->device_get_properties(&g));
+  EXPECT_EQ(p.kind, HALO_DEVICE_KIND_CPU);
+  EXPECT_GT(std::strlen(p.name), 0u);
+  EXPECT_GT(std::strlen(p.vendor), 0u);
+  EXPECT_GT(p.memory_bytes, 0u);
+  EXPECT_GT(p.memory_free_bytes, 0u);
+  EXPECT_LE(p.memory_free_bytes, p.memory_bytes);
+  EXPECT_EQ(p.num_chips, 1);
+  const uint32_t want = HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_CHUNKED_PREFILL |
+                        HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS;
+  EXPECT_EQ(p.capabilities, want);
+  EXPECT_EQ(p.max_batch_size, 0);
+  EXPECT_EQ(p.required_block_size, 0);
+  EXPECT_EQ(p.max_model_len, 0);
+  EXPECT_EQ(p.struct_size, sizeof p);
+}
+
+TEST(CpuPluginDevice, PropertiesHonourSmallerStructSize) {
+  halo_device_properties p;
+  std::memset(&p, 0xAB, sizeof p);
+  const size_t small = HALO_STRUCT_SIZE(halo_device_properties, num_chips);
+  p.struct_size = small;
+  halo_device_get_properties_args g{};
+  g.struct_size = sizeof g;
+  g.properties = &p;
+  ASSERT_OK(api()->device_get_properties(&g));
+  EXPECT_EQ(p.struct_size, small);
+  EXPECT_EQ(p.kind, HALO_DEVICE_KIND_CPU);
+  EXPECT_EQ(p.num_chips, 1);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&p);
+  for (size_t i = small; i < sizeof p; ++i) ASSERT_EQ(bytes[i], 0xAB) << "byte " << i << " was written";
+}
+
+TEST(CpuPluginDevice, OpenWithThreadsOption) {
+  for (const char* t : {"1", "2", "3"}) {
+    halo_option o{"threads", t};
+    halo_option unknown{"no-such-key", "x"};
+    halo_option opts[2] = {unknown, o};
+    halo_device_open_args a{};
+    a.struct_size = sizeof a;
+    a.options = opts;
+    a.num_options = 2;
+    ASSERT_OK(api()->device_open(&a));
+    ASSERT_NE(a.device, nullptr);
+    api()->device_destroy(a.device);
+  }
+}
+
+// ----------------------------------------------------------------- errors
+
+TEST(CpuPluginErrors, NullArgsAndStructSize) {
+  EXPECT_STATUS(api()->device_count(nullptr), HALO_STATUS_INVALID_ARGUMENT, "NULL");
+  halo_device_count_args c{};
+  c.struct_size = 0;
+  EXPECT_STATUS(api()->device_count(&c), HALO_STATUS_INVALID_ARGUMENT, "struct_size=0");
+  EXPECT_STATUS(api()->device_get_properties(nullptr), HALO_STATUS_INVALID_ARGUMENT, "NULL");
+  EXPECT_STATUS(api()->device_open(nullptr), HALO_STATUS_INVALID_ARGUMENT, "NULL");
+  EXPECT_STATUS(api()->prepare(nullptr), HALO_STATUS_INVALID_ARGUMENT, "NULL");
+  EXPECT_STATUS(api()->kv_cache_create(nullptr), HALO_STATUS_INVALID_ARGUMENT, "NULL");
+  EXPECT_STATUS(api()->kv_cache_copy_blocks(nullptr), HALO_STATUS_INVALID_ARGUMENT, "NULL");
+  EXPECT_STATUS(api()->execute(nullptr), HALO_STATUS_INVALID_ARGUMENT, "NULL");
+  EXPECT_STATUS(api()->buffer_from_host(nullptr), HALO_STATUS_INVALID_ARGUMENT, "NULL");
+  EXPECT_STATUS(api()->buffer_to_host(nullptr), HALO_STATUS_INVALID_ARGUMENT, "NULL");
+
+  halo_device_properties p{};
+  p.struct_size = sizeof p;
+  halo_device_get_properties_args g{};
+  g.struct_size = sizeof g;
+  g.properties = nullptr;
+  EXPECT_STATUS(api()->device_get_properties(&g), HALO_STATUS_INVALID_ARGUMENT, "properties");
+  g.properties = &p;
+  p.struct_size = 0;
+  EXPECT_STATUS(api()->device_get_properties(&g), HALO_STATUS_INVALID_ARGUMENT, "struct_size=0");
+  p.struct_size = sizeof p;
+  g.struct_size = 4;
+  EXPECT_STATUS(api()->device_get_properties(&g), HALO_STATUS_INVALID_ARGUMENT, "struct_size=4");
+}
+
+TEST(CpuPluginErrors, DeviceIndexAndOptions) {
+  halo_device_properties p{};
+  p.struct_size = sizeof p;
+  halo_device_get_properties_args g{};
+  g.struct_size = sizeof g;
+  g.properties = &p;
+  g.device_index = 1;
+  EXPECT_STATUS(api()->device_get_properties(&g), HALO_STATUS_OUT_OF_RANGE, "device_index=1");
+  g.device_index = -1;
+  EXPECT_STATUS(api()->device_get_properties(&g), HALO_STATUS_OUT_OF_RANGE, "device_index=-1");
+
+  halo_device_open_args a{};
+  a.struct_size = sizeof a;
+  a.device_index = 2;
+  EXPECT_STATUS(api()->device_open(&a), HALO_STATUS_OUT_OF_RANGE, "device_index=2");
+  a.device_index = 0;
+  for (const char* bad : {"abc", "0", "-1", "", "2x"}) {
+    halo_option o{"threads", bad};
+    a.options = &o;
+    a.num_options = 1;
+    EXPECT_STATUS(api()->device_open(&a), HALO_STATUS_INVALID_ARGUMENT, "threads");
+  }
+}
+
+struct PrepareFixture : ::testing::Test {
+  Config cfg;
+  Device dev = open_device(1);
+  Status prepare(const TestModel& m, const halo_named_tensor* w, size_t n, halo_model_spec spec,
+                 halo_limits* limits_out = nullptr) {
+    halo_limits lim{};
+    lim.struct_size = sizeof lim;
+    halo_prepare_args p{};
+    p.struct_size = sizeof p;
+    p.device = dev.get();
+    p.spec = &spec;
+    p.weights = w;
+    p.num_weights = n;
+    p.limits = &lim;
+    (void)m;
+    Status s = take(api()->prepare(&p));
+    Exec e(p.executable);
+    if (s.code == HALO_STATUS_OK) {
+      EXPECT_NE(p.executable, nullptr);
+    }
+    if (limits_out) *limits_out = lim;
+    return s;
+  }
+};
+
+TEST_F(PrepareFixture, BadSpec) {
+  TestModel m(cfg);
+  struct Case {
+    const char* what;
+    void (*edit)(halo_model_spec&);
+    halo_status_code code;
+    const char* substr;
+  };
+  const Case cases[] = {
+      {"vocab", [](halo_model_spec& s) { s.vocab_size = 0; }, HALO_STATUS_INVALID_ARGUMENT, "vocab_size=0"},
+      {"hidden", [](halo_model_spec& s) { s.hidden_size = -4; }, HALO_STATUS_INVALID_ARGUMENT, "hidden_size=-4"},
+      {"layers", [](halo_model_spec& s) { s.num_layers = 0; }, HALO_STATUS_INVALID_ARGUMENT, "num_layers=0"},
+      {"gqa", [](halo_model_spec& s) { s.num_kv_heads = 3; }, HALO_STATUS_INVALID_ARGUMENT, "num_kv_heads=3"},
+      {"head_dim", [](halo_model_spec& s) { s.head_dim = 9; }, HALO_STATUS_INVALID_ARGUMENT, "head_dim=9"},
+      {"eps", [](halo_model_spec& s) { s.rms_norm_eps = 0; }, HALO_STATUS_INVALID_ARGUMENT, "rms_norm_eps"},
+      {"theta", [](halo_model_spec& s) { s.rope_theta = -1; }, HALO_STATUS_INVALID_ARGUMENT, "rope_theta"},
+      {"scaling", [](halo_model_spec& s) { const int v = 7; std::memcpy(&s.rope_scaling, &v, sizeof v); },
+       HALO_STATUS_UNIMPLEMENTED, "rope_scaling=7"},
+      {"llama3", [](halo_model_spec& s) { s.rope_scaling = HALO_ROPE_SCALING_LLAMA3; s.rope_factor = 8;
+                                         s.rope_low_freq_factor = 4; s.rope_high_freq_factor = 1; },
+       HALO_STATUS_INVALID_ARGUMENT, "rope_low_freq_factor"},
+      {"linear", [](halo_model_spec& s) { s.rope_scaling = HALO_ROPE_SCALING_LINEAR; s.rope_factor = 0; },
+       HALO_STATUS_INVALID_ARGUMENT, "rope_factor=0"},
+      {"activation", [](halo_model_spec& s) { const int v = 9; std::memcpy(&s.activation, &v, sizeof v); },
+       HALO_STATUS_UNIMPLEMENTED, "activation=9"},
+      {"flags", [](halo_model_spec& s) { s.flags = 1u << 20; }, HALO_STATUS_UNIMPLEMENTED, "flags"},
+      {"struct_size", [](halo_model_spec& s) { s.struct_size = 8; }, HALO_STATUS_INVALID_ARGUMENT, "struct_size=8"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    halo_model_spec s = m.spec;
+    c.edit(s);
+    const Status st = prepare(m, m.named.data(), m.named.size(), s);
+    EXPECT_EQ(st.code, c.code) << st.message;
+    EXPECT_NE(st.message.find(c.substr), std::string::npos) << st.message;
+  }
+  // A NULL spec and a NULL limits pointer.
+  halo_prepare_args p{};
+  p.struct_size = sizeof p;
+  p.device = dev.get();
+  EXPECT_STATUS(api()->prepare(&p), HALO_STATUS_INVALID_ARGUMENT, "spec");
+  p.spec = &m.spec;
+  p.weights = m.named.data();
+  p.num_weights = m.named.size();
+  EXPECT_STATUS(api()->prepare(&p), HALO_STATUS_INVALID_ARGUMENT, "limits");
+  halo_limits lim{};
+  lim.struct_size = sizeof lim;
+  lim.block_size = -16;
+  p.limits = &lim;
+  EXPECT_STATUS(api()->prepare(&p), HALO_STATUS_INVALID_ARGUMENT, "block_size=-16");
+  p.device = nullptr;
+  EXPECT_STATUS(api()->prepare(&p), HALO_STATUS_INVALID_ARGUMENT, "device");
+}
+
+TEST_F(PrepareFixture, BadWeights) {
+  TestModel m(cfg);
+  // Missing.
+  {
+    std::vector<halo_named_tensor> w;
+    for (auto& t : m.named)
+      if (std::string(t.name) != "layers.1.up_proj") w.push_back(t);
+    const Status s = prepare(m, w.data(), w.size(), m.spec);
+    EXPECT_EQ(s.code, HALO_STATUS_INVALID_ARGUMENT);
+    EXPECT_NE(s.message.find("'layers.1.up_proj' is missing"), std::string::npos) << s.message;
+  }
+  // Wrong shape.
+  {
+    std::vector<halo_named_tensor> w = m.named;
+    DLTensor bad = *m.dl("layers.0.k_proj");
+    int64_t shape[2] = {16, 40};
+    bad.shape = shape;
+    for (auto& t : w)
+      if (std::string(t.name) == "layers.0.k_proj") t.tensor = &bad;
+    const Status s = prepare(m, w.data(), w.size(), m.spec);
+    EXPECT_EQ(s.code, HALO_STATUS_INVALID_ARGUMENT);
+    EXPECT_NE(s.message.find("'layers.0.k_proj' has shape [16, 40], expected [40, 40]"), std::string::npos)
+        << s.message;
+  }
+  // Wrong dtype, wrong device, non-contiguous strides, NULL tensor, duplicate.
+  auto with = [&](const char* name, DLTensor t) {
+    std::vector<halo_named_tensor> w = m.named;
+    static DLTensor keep;
+    keep = t;
+    for (auto& e : w)
+      if (std::string(e.name) == name) e.tensor = &keep;
+    return prepare(m, w.data(), w.size(), m.spec);
+  };
+  DLTensor t = *m.dl("final_norm");
+  t.dtype = {kDLInt, 32, 1};
+  Status s = with("final_norm", t);
+  EXPECT_EQ(s.code, HALO_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("'final_norm' has dtype int32"), std::string::npos) << s.message;
+  t = *m.dl("final_norm");
+  t.device = {kDLCUDA, 0};
+  s = with("final_norm", t);
+  EXPECT_EQ(s.code, HALO_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("device_type=2"), std::string::npos) << s.message;
+  t = *m.dl("layers.0.o_proj");
+  int64_t strides[2] = {1, 40};
+  t.strides = strides;
+  s = with("layers.0.o_proj", t);
+  EXPECT_EQ(s.code, HALO_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("not contiguous"), std::string::npos) << s.message;
+  int64_t good_strides[2] = {40, 1};
+  t.strides = good_strides;
+  EXPECT_EQ(with("layers.0.o_proj", t).code, HALO_STATUS_OK);
+  {
+    std::vector<halo_named_tensor> w = m.named;
+    w[3].tensor = nullptr;
+    s = prepare(m, w.data(), w.size(), m.spec);
+    EXPECT_EQ(s.code, HALO_STATUS_INVALID_ARGUMENT);
+    EXPECT_NE(s.message.find("tensor=NULL"), std::string::npos) << s.message;
+    w = m.named;
+    w.push_back(w[0]);
+    s = prepare(m, w.data(), w.size(), m.spec);
+    EXPECT_EQ(s.code, HALO_STATUS_INVALID_ARGUMENT);
+    EXPECT_NE(s.message.find("given twice"), std::string::npos) << s.message;
+  }
+  // Tied embeddings: no lm_head needed; untied: lm_head required.
+  {
+    Config c = cfg;
+    c.flags = HALO_MODEL_QKV_BIAS;
+    TestModel mb(c);
+    std::vector<halo_named_tensor> w;
+    for (auto& e : mb.named)
+      if (std::string(e.name) != "layers.0.v_bias") w.push_back(e);
+    s = prepare(mb, w.data(), w.size(), mb.spec);
+    EXPECT_NE(s.message.find("'layers.0.v_bias' is missing"), std::string::npos) << s.message;
+  }
+}
+
+TEST_F(PrepareFixture, NegotiatedLimits) {
+  TestModel m(cfg);
+  halo_limits lim{};
+  ASSERT_EQ(prepare(m, m.named.data(), m.named.size(), m.spec, &lim).code, HALO_STATUS_OK);
+  EXPECT_EQ(lim.max_num_seqs, 256);
+  EXPECT_EQ(lim.max_model_len, cfg.max_pos);
+  EXPECT_EQ(lim.max_num_batched_tokens, 2048);
+  EXPECT_EQ(lim.block_size, 16);
+  EXPECT_EQ(lim.capabilities, HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH);
+  EXPECT_EQ(lim.kv_bytes_per_block, 2ull * cfg.layers * 16 * cfg.kv_heads * cfg.head_dim * sizeof(float));
+  EXPECT_GT(lim.kv_memory_available, 0u);
+}
+
+// ------------------------------------------------------- kv cache / execute
+
+TEST(CpuPluginErrors, KvCacheArgs) {
+  TestModel m(Config{});
+  Runner r(m, 1, 8, 4);
+  ASSERT_TRUE(r.kv);
+  halo_kv_cache_create_args k{};
+  k.struct_size = sizeof k;
+  k.executable = r.exec.get();
+  k.num_blocks = 4;
+  k.block_size = 16;
+  EXPECT_STATUS(api()->kv_cache_create(&k), HALO_STATUS_INVALID_ARGUMENT,
+                "block_size=16 does not match the prepared block_size=8");
+  k.block_size = 8;
+  k.num_blocks = 0;
+  EXPECT_STATUS(api()->kv_cache_create(&k), HALO_STATUS_INVALID_ARGUMENT, "num_blocks=0");
+  k.num_blocks = 1 << 30;  // far beyond the host's memory
+  EXPECT_STATUS(api()->kv_cache_create(&k), HALO_STATUS_OUT_OF_MEMORY, "num_blocks=1073741824");
+  k.executable = nullptr;
+  EXPECT_STATUS(api()->kv_cache_create(&k), HALO_STATUS_INVALID_ARGUMENT, "executable");
+
+  int32_t src[2] = {0, 1}, dst[2] = {2, 4};
+  halo_kv_cache_copy_blocks_args c{};
+  c.struct_size = sizeof c;
+  c.kv_cache = r.kv.get();
+  c.src_blocks = src;
+  c.dst_blocks = dst;
+  c.num_pairs = 2;
+  EXPECT_STATUS(api()->kv_cache_copy_blocks(&c), HALO_STATUS_OUT_OF_RANGE, "dst_blocks[1]=4");
+  dst[1] = 3;
+  src[0] = -1;
+  EXPECT_STATUS(api()->kv_cache_copy_blocks(&c), HALO_STATUS_OUT_OF_RANGE, "src_blocks[0]=-1");
+  src[0] = 0;
+  ASSERT_OK(api()->kv_cache_copy_blocks(&c));
+  c.src_blocks = nullptr;
+  EXPECT_STATUS(api()->kv_cache_copy_blocks(&c), HALO_STATUS_INVALID_ARGUMENT, "NULL");
+}
+
+struct ExecuteArgs {
+  // One sequence of 5 prompt tokens, block_size 8, blocks {2}.
+  std::vector<int32_t> tokens{1, 2, 3, 4, 5}, positions{0, 1, 2, 3, 4}, qs{0, 5}, ctx{5}, bt{2, -1},
+      li{4};
+  std::vector<int64_t> slots{16, 17, 18, 19, 20};
+  std::vector<float> out;
+  int64_t shape[2];
+  DLTensor lt{};
+  halo_execute_args a{};
+  ExecuteArgs(Runner& r) : out(static_cast<size_t>(r.vocab)) {
+    shape[0] = 1;
+    shape[1] = r.vocab;
+    lt.data = out.data();
+    lt.device = {kDLCPU, 0};
+    lt.ndim = 2;
+    lt.dtype = {kDLFloat, 32, 1};
+    lt.shape = shape;
+    a.struct_size = sizeof a;
+    a.executable = r.exec.get();
+    a.kv_cache = r.kv.get();
+    a.num_tokens = 5;
+    a.token_ids = tokens.data();
+    a.positions = positions.data();
+    a.slot_mapping = slots.data();
+    a.num_seqs = 1;
+    a.query_start = qs.data();
+    a.context_lens = ctx.data();
+    a.block_tables = bt.data();
+    a.max_blocks_per_seq = 2;
+    a.num_logits = 1;
+    a.logits_indices = li.data();
+    a.logits = &lt;
+  }
+};
+
+TEST(CpuPluginErrors, ExecuteArgs) {
+  TestModel m(Config{});
+  Runner r(m, 2, 8, 4);
+  ASSERT_TRUE(r.kv);
+  {
+    ExecuteArgs e(r);
+    ASSERT_OK(api()->execute(&e.a));
+  }
+  auto check = [&](auto edit, halo_status_code code, const char* substr) {
+    ExecuteArgs e(r);
+    edit(e);
+    EXPECT_STATUS(api()->execute(&e.a), code, substr);
+  };
+  using E = ExecuteArgs;
+  constexpr auto INV = HALO_STATUS_INVALID_ARGUMENT;
+  constexpr auto OOR = HALO_STATUS_OUT_OF_RANGE;
+  check([](E& e) { e.a.struct_size = 0; }, INV, "struct_size=0");
+  check([](E& e) { e.a.executable = nullptr; }, INV, "executable is NULL");
+  check([](E& e) { e.a.kv_cache = nullptr; }, INV, "kv_cache is NULL");
+  check([](E& e) { e.a.num_seqs = 0; }, INV, "execute: num_seqs=0");
+  check([](E& e) { e.a.num_tokens = 0; }, INV, "num_tokens=0");
+  check([](E& e) { e.a.num_tokens = 4; }, INV, "query_start[1]=5 exceeds num_tokens=4");
+  check([](E& e) { e.qs[1] = 4; }, INV, "does not equal num_tokens=5");
+  check([](E& e) { e.qs[0] = 1; }, INV, "query_start[0]=1");
+  check([](E& e) { e.a.token_ids = nullptr; }, INV, "token_ids is NULL");
+  check([](E& e) { e.a.positions = nullptr; }, INV, "positions is NULL");
+  check([](E& e) { e.a.slot_mapping = nullptr; }, INV, "slot_mapping is NULL");
+  check([](E& e) { e.a.block_tables = nullptr; }, INV, "block_tables is NULL");
+  check([](E& e) { e.a.context_lens = nullptr; }, INV, "context_lens is NULL");
+  check([](E& e) { e.ctx[0] = 4; }, INV, "context_lens[0]=4 is smaller than its query length 5");
+  check([](E& e) { e.ctx[0] = 9; }, OOR, "block_tables[0][1]=-1");
+  check([](E& e) { e.ctx[0] = 17; }, INV, "needs 3 blocks but max_blocks_per_seq=2");
+  check([](E& e) { e.bt[0] = 4; }, OOR, "block_tables[0][0]=4 is outside [0, 4)");
+  check([](E& e) { e.slots[2] = 32; }, OOR, "slot_mapping[2]=32");
+  check([](E& e) { e.slots[2] = -2; }, OOR, "slot_mapping[2]=-2");
+  check([](E& e) { e.tokens[1] = 67; }, OOR, "token_ids[1]=67");
+  check([](E& e) { e.positions[1] = -3; }, INV, "positions[1]=-3");
+  check([](E& e) { e.li[0] = 5; }, OOR, "logits_indices[0]=5");
+  check([](E& e) { e.a.logits = nullptr; }, INV, "logits is NULL");
+  check([](E& e) { e.shape[1] = 66; }, INV, "logits has shape [1, 66], expected [1, 67]");
+  check([](E& e) { e.lt.dtype = {kDLFloat, 16, 1}; }, INV, "logits has dtype float16");
+  check([](E& e) { e.lt.device = {kDLCUDA, 0}; }, INV, "device_type=2");
+  check([](E& e) { e.a.num_logits = -1; }, INV, "num_logits=-1");
+  check([](E& e) { e.a.max_blocks_per_seq = 0; }, INV, "max_blocks_per_seq=0");
+  check([](E& e) { e.a.num_tokens = 5000; }, INV, "exceeds max_num_batched_tokens");
+  // A KV cache of another executable.
+  Runner other(m, 1, 8, 4);
+  check([&](E& e) { e.a.kv_cache = other.kv.get(); }, INV, "different executable");
+  // Still works after all the failures.
+  ExecuteArgs e(r);
+  ASSERT_OK(api()->execute(&e.a));
+}
+
+// ---------------------------------------------------------------- buffers
+
+template <class T>
+void round_trip(DLDataType dt, std::vector<T> values) {
+  Device dev = open_device(1);
+  int64_t shape[2] = {2, static_cast<int64_t>(values.size() / 2)};
+  std::vector<T> src(values.size() + 3);
+  std::copy(values.begin(), values.end(), src.begin() + 3);
+  DLTensor h{};
+  h.data = src.data();
+  h.byte_offset = 3 * sizeof(T);
+  h.device = {kDLCPU, 0};
+  h.ndim = 2;
+  h.dtype = dt;
+  h.shape = shape;
+  halo_buffer_from_host_args f{};
+  f.struct_size = sizeof f;
+  f.device = dev.get();
+  f.host = &h;
+  ASSERT_OK(api()->buffer_from_host(&f));
+  Buffer buf(f.buffer);
+  std::fill(src.begin(), src.end(), T{});  // the buffer owns a copy
+  std::vector<T> back(values.size());
+  DLTensor o{};
+  o.data = back.data();
+  o.device = {kDLCPU, 0};
+  o.ndim = 2;
+  o.dtype = dt;
+  o.shape = shape;
+  halo_buffer_to_host_args t{};
+  t.struct_size = sizeof t;
+  t.buffer = buf.get();
+  t.host = &o;
+  ASSERT_OK(api()->buffer_to_host(&t));
+  EXPECT_EQ(std::memcmp(back.data(), values.data(), values.size() * sizeof(T)), 0);
+  // Mismatches.
+  int64_t wrong[2] = {shape[1], shape[0]};
+  o.shape = wrong;
+  EXPECT_STATUS(api()->buffer_to_host(&t), HALO_STATUS_INVALID_ARGUMENT, "shape");
+  o.shape = shape;
+  o.dtype = dt.bits == 8 ? DLDataType{kDLInt, 8, 1} : DLDataType{kDLUInt, 8, 1};
+  EXPECT_STATUS(api()->buffer_to_host(&t), HALO_STATUS_INVALID_ARGUMENT, "dtype");
+}
+
+TEST(CpuPluginBuffers, RoundTripEachDtype) {
+  round_trip<float>({kDLFloat, 32, 1}, {1.5f, -2.f, 3.25f, 0.f, 1e-30f, 7.f});
+  round_trip<uint16_t>({kDLBfloat, 16, 1}, {0x3f80, 0xbf80, 0x7f80, 0x0001, 0x1234, 0xffff});
+  round_trip<uint16_t>({kDLFloat, 16, 1}, {0x3c00, 0xbc00, 0x7c00, 0x0001, 0x1234, 0x7bff});
+  round_trip<int32_t>({kDLInt, 32, 1}, {1, -2, 3, INT32_MAX, INT32_MIN, 0});
+  round_trip<int64_t>({kDLInt, 64, 1}, {1, -2, INT64_MAX, INT64_MIN, 5, 6});
+  round_trip<uint8_t>({kDLUInt, 8, 1}, {0, 1, 2, 255, 128, 7});
+}
+
+TEST(CpuPluginBuffers, Errors) {
+  Device dev = open_device(1);
+  double d[4] = {};
+  int64_t shape[1] = {4};
+  DLTensor h{};
+  h.data = d;
+  h.device = {kDLCPU, 0};
+  h.ndim = 1;
+  h.dtype = {kDLFloat, 64, 1};
+  h.shape = shape;
+  halo_buffer_from_host_args f{};
+  f.struct_size = sizeof f;
+  f.device = dev.get();
+  f.host = &h;
+  EXPECT_STATUS(api()->buffer_from_host(&f), HALO_STATUS_INVALID_ARGUMENT, "bits=64");
+  h.dtype = {kDLFloat, 32, 1};
+  int64_t strides[1] = {2};
+  h.strides = strides;
+  EXPECT_STATUS(api()->buffer_from_host(&f), HALO_STATUS_INVALID_ARGUMENT, "not contiguous");
+  h.strides = nullptr;
+  f.host = nullptr;
+  EXPECT_STATUS(api()->buffer_from_host(&f), HALO_STATUS_INVALID_ARGUMENT, "host is NULL");
+  f.host = &h;
+  f.device = nullptr;
+  EXPECT_STATUS(api()->buffer_from_host(&f), HALO_STATUS_INVALID_ARGUMENT, "device is NULL");
+}
+
+// --------------------------------------------------------------- numerics
+
+struct Variant {
+  const char* name;
+  Config cfg;
+};
+
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+
+Config make(void (*edit)(Config&)) {
+  Config c;
+  edit(c);
+  return c;
+}
+
+std::vector<Variant> variants() {
+  return {
+      {"mha_fp32", Config{}},
+      {"gqa", make([](Config& c) { c.heads = 6; c.kv_heads = 2; })},
+      {"mqa", make([](Config& c) { c.heads = 4; c.kv_heads = 1; c.head_dim = 16; })},
+      {"qkv_bias", make([](Config& c) { c.heads = 6; c.kv_heads = 2; c.flags = HALO_MODEL_QKV_BIAS; })},
+      {"qk_norm", make([](Config& c) { c.heads = 4; c.kv_heads = 2; c.head_dim = 16; c.flags = HALO_MODEL_QK_NORM; })},
+      {"llama3_rope", make([](Config& c) {
+         c.head_dim = 16; c.kv_heads = 2; c.theta = 10000; c.scaling = HALO_ROPE_SCALING_LLAMA3;
+         c.factor = 8; c.low = 1; c.high = 4; c.orig_max = 64; })},
+      {"linear_rope", make([](Config& c) { c.scaling = HALO_ROPE_SCALING_LINEAR; c.factor = 2.5f; c.theta = 500; })},
+      {"tied", make([](Config& c) { c.flags = HALO_MODEL_TIED_EMBEDDINGS; })},
+      {"gelu", make([](Config& c) { c.act = HALO_ACTIVATION_GELU_TANH; })},
+      {"bf16", make([](Config& c) { c.wt = WeightType::BF16; c.heads = 6; c.kv_heads = 2; })},
+      {"fp16", make([](Config& c) { c.wt = WeightType::F16; c.flags = HALO_MODEL_QKV_BIAS; })},
+      {"mixed_all", make([](Config& c) {
+         c.wt = WeightType::Mixed; c.heads = 8; c.kv_heads = 2; c.head_dim = 8; c.hidden = 48; c.inter = 100;
+         c.layers = 3; c.flags = HALO_MODEL_QKV_BIAS | HALO_MODEL_QK_NORM | HALO_MODEL_TIED_EMBEDDINGS;
+         c.scaling = HALO_ROPE_SCALING_LLAMA3; c.factor = 4; c.low = 1; c.high = 2; c.orig_max = 32; })},
+  };
+}
+
+class Numerics : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(Numerics, MatchesDenseReference) {
+  const Config& cfg = GetParam().cfg;
+  TestModel m(cfg);
+  const int prompt = 21, decode = 4, bs = 4;
+  const auto tokens = random_tokens(prompt + decode, cfg.vocab, cfg.seed + 11);
+  std::vector<int> pos(tokens.size());
+  std::iota(pos.begin(), pos.end(), 0);
+  const auto ref = reference_forward(m, tokens, pos);
+
+  Runner r(m, 2, bs, 16);
+  ASSERT_TRUE(r.kv);
+  Seq s;
+  s.tokens = tokens;
+  s.blocks = {3, 9, 0, 14, 7, 1, 12};  // non-contiguous blocks
+  std::vector<std::vector<float>> out;
+  ASSERT_EQ(run_step(r, {{&s, prompt, true}}, &out).code, HALO_STATUS_OK);
+  ASSERT_EQ(out.size(), static_cast<size_t>(prompt));
+  for (int t = 0; t < prompt; ++t) EXPECT_LT(rel_err(out[t], ref[t]), 1e-4) << "prefill token " << t;
+  for (int d = 0; d < decode; ++d) {
+    ASSERT_EQ(run_step(r, {{&s, 1}}, &out).code, HALO_STATUS_OK);
+    EXPECT_LT(rel_err(out[0], ref[prompt + d]), 1e-4) << "decode step " << d;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, Numerics, ::testing::ValuesIn(variants()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Numerics, PositionsFeedRope) {
+  // Positions that do not start at 0 (e.g. after a sliding prefix): the
+  // plugin must use positions[], not the sequence index, for RoPE.
+  Config cfg;
+  cfg.scaling = HALO_ROPE_SCALING_LLAMA3;
+  cfg.factor = 8;
+  cfg.head_dim = 16;
+  cfg.orig_max = 64;
+  TestModel m(cfg);
+  const auto tokens = random_tokens(9, cfg.vocab, 5);
+  std::vector<int> pos(tokens.size());
+  std::iota(pos.begin(), pos.end(), 300);
+  const auto ref = reference_forward(m, tokens, pos);
+  Runner r(m, 1, 16, 2);
+  ASSERT_TRUE(r.kv);
+  std::vector<int32_t> tk(tokens.begin(), tokens.end()), ps(pos.begin(), pos.end()), qs{0, 9}, ctx{9}, bt{1},
+      li{0, 1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<int64_t> slots{16, 17, 18, 19, 20, 21, 22, 23, 24};
+  std::vector<float> out(9 * static_cast<size_t>(cfg.vocab));
+  int64_t shape[2] = {9, cfg.vocab};
+  DLTensor lt{out.data(), {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, nullptr, 0};
+  halo_execute_args a{sizeof(halo_execute_args), r.exec.get(), r.kv.get(), 9, tk.data(), ps.data(), slots.data(), 1,
+                      qs.data(), ctx.data(), bt.data(), 1, 9, li.data(), &lt};
+  ASSERT_OK(api()->execute(&a));
+  for (int t = 0; t < 9; ++t) {
+    std::vector<float> row(out.begin() + t * cfg.vocab, out.begin() + (t + 1) * cfg.vocab);
+    EXPECT_LT(rel_err(row, ref[t]), 1e-4) << t;
+  }
+}
+
+// ------------------------------------------------------- paging invariance
+
+Config paging_cfg() {
+  Config c;
+  c.heads = 6;
+  c.kv_heads = 2;
+  c.flags = HALO_MODEL_QKV_BIAS;
+  return c;
+}
+
+std::vector<std::vector<float>> prefill_then_decode(Runner& r, Seq& s, int prompt, int decode) {
+  std::vector<std::vector<float>> all, out;
+  EXPECT_EQ(run_step(r, {{&s, prompt}}, &out).code, HALO_STATUS_OK);
+  all.push_back(out.at(0));
+  for (int d = 0; d < decode; ++d) {
+    EXPECT_EQ(run_step(r, {{&s, 1}}, &out).code, HALO_STATUS_OK);
+    all.push_back(out.at(0));
+  }
+  return all;
+}
+
+TEST(Paging, ShuffledBlockIdsGiveSameLogits) {
+  TestModel m(paging_cfg());
+  const auto tokens = random_tokens(30, 67, 3);
+  Runner r1(m, 2, 4, 32), r2(m, 2, 4, 32);
+  Seq a, b;
+  a.tokens = b.tokens = tokens;
+  a.blocks = {0, 1, 2, 3, 4, 5, 6, 7};
+  b.blocks = {31, 7, 19, 2, 25, 11, 0, 16};
+  const auto la = prefill_then_decode(r1, a, 24, 6);
+  const auto lb = prefill_then_decode(r2, b, 24, 6);
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_LT(rel_err(la[i], lb[i]), 1e-6) << i;
+}
+
+TEST(Paging, ChunkedPrefillEqualsWholePrefill) {
+  TestModel m(paging_cfg());
+  const auto tokens = random_tokens(27, 67, 4);
+  Runner r1(m, 2, 4, 16), r2(m, 2, 4, 16);
+  Seq a, b;
+  a.tokens = b.tokens = tokens;
+  a.blocks = b.blocks = {5, 2, 9, 12, 0, 3, 8};
+  std::vector<std::vector<float>> whole, part;
+  ASSERT_EQ(run_step(r1, {{&a, 25, true}}, &whole).code, HALO_STATUS_OK);
+  std::vector<std::vector<float>> chunked;
+  for (int n : {7, 10, 8}) {  // chunks not aligned to blocks
+    ASSERT_EQ(run_step(r2, {{&b, n, true}}, &part).code, HALO_STATUS_OK);
+    chunked.insert(chunked.end(), part.begin(), part.end());
+  }
+  ASSERT_EQ(chunked.size(), whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) EXPECT_LT(rel_err(chunked[i], whole[i]), 1e-5) << i;
+  // And decoding continues identically.
+  ASSERT_EQ(run_step(r1, {{&a, 2, true}}, &whole).code, HALO_STATUS_OK);
+  ASSERT_EQ(run_step(r2, {{&b, 2, true}}, &part).code, HALO_STATUS_OK);
+  for (size_t i = 0; i < 2; ++i) EXPECT_LT(rel_err(part[i], whole[i]), 1e-5);
+}
+
+TEST(Paging, MixedBatchEqualsSeparateRuns) {
+  TestModel m(paging_cfg());
+  Runner mixed(m, 2, 4, 40), solo(m, 2, 4, 40);
+  // Two sequences decode while a third prefills in the same step.
+  Seq d1, d2, p;
+  d1.tokens = random_tokens(14, 67, 10);
+  d2.tokens = random_tokens(9, 67, 11);
+  p.tokens = random_tokens(13, 67, 12);
+  d1.blocks = {0, 1, 2, 3};
+  d2.blocks = {4, 5, 6};
+  p.blocks = {7, 8, 9, 10};
+  Seq s1 = d1, s2 = d2, s3 = p;
+  std::vector<std::vector<float>> out, o1, o2, o3;
+  ASSERT_EQ(run_step(mixed, {{&d1, 12}, {&d2, 7}}, &out).code, HALO_STATUS_OK);
+  ASSERT_EQ(run_step(mixed, {{&d1, 1}, {&p, 13, true}, {&d2, 1}}, &out).code, HALO_STATUS_OK);
+  ASSERT_EQ(out.size(), 15u);
+  ASSERT_EQ(run_step(solo, {{&s1, 12}}, nullptr).code, HALO_STATUS_OK);
+  ASSERT_EQ(run_step(solo, {{&s2, 7}}, nullptr).code, HALO_STATUS_OK);
+  ASSERT_EQ(run_step(solo, {{&s1, 1}}, &o1).code, HALO_STATUS_OK);
+  ASSERT_EQ(run_step(solo, {{&s3, 13, true}}, &o3).code, HALO_STATUS_OK);
+  ASSERT_EQ(run_step(solo, {{&s2, 1}}, &o2).code, HALO_STATUS_OK);
+  EXPECT_LT(rel_err(out[0], o1[0]), 1e-5);
+  for (int i = 0; i < 13; ++i) EXPECT_LT(rel_err(out[1 + i], o3[i]), 1e-5) << i;
+  EXPECT_LT(rel_err(out[14], o2[0]), 1e-5);
+}
+
+TEST(Paging, CopyBlocksThenDecodeEqualsRecompute) {
+  TestModel m(paging_cfg());
+  const auto tokens = random_tokens(20, 67, 21);
+  Runner r(m, 2, 4, 24), ref(m, 2, 4, 24);
+  // A 10-token prefix (blocks 0,1 full, block 2 half) shared copy-on-write:
+  // the fork gets a copy of the partial last block and continues differently.
+  Seq parent;
+  parent.tokens = tokens;
+  parent.blocks = {0, 1, 2, 3, 4};
+  ASSERT_EQ(run_step(r, {{&parent, 10}}, nullptr).code, HALO_STATUS_OK);
+  int32_t src[1] = {2}, dst[1] = {17};
+  halo_kv_cache_copy_blocks_args c{};
+  c.struct_size = sizeof c;
+  c.kv_cache = r.kv.get();
+  c.src_blocks = src;
+  c.dst_blocks = dst;
+  c.num_pairs = 1;
+  ASSERT_OK(api()->kv_cache_copy_blocks(&c));
+  Seq fork = parent;
+  fork.tokens = random_tokens(20, 67, 99);
+  std::copy(tokens.begin(), tokens.begin() + 10, fork.tokens.begin());
+  fork.blocks = {0, 1, 17, 20, 21};
+  std::vector<std::vector<float>> lp, lf, want_p, want_f;
+  ASSERT_EQ(run_step(r, {{&parent, 3, true}, {&fork, 3, true}}, &lp).code, HALO_STATUS_OK);
+  // Recompute both from scratch.
+  Seq rp, rf;
+  rp.tokens = parent.tokens;
+  rp.blocks = {5, 6, 7, 8};
+  rf.tokens = fork.tokens;
+  rf.blocks = {9, 10, 11, 12};
+  ASSERT_EQ(run_step(ref, {{&rp, 13, true}}, &want_p).code, HALO_STATUS_OK);
+  ASSERT_EQ(run_step(ref, {{&rf, 13, true}}, &want_f).code, HALO_STATUS_OK);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_LT(rel_err(lp[i], want_p[10 + i]), 1e-5) << i;
+    EXPECT_LT(rel_err(lp[3 + i], want_f[10 + i]), 1e-5) << i;
+  }
+  // Copy several pairs at once (whole blocks, all layers).
+  int32_t s2[2] = {0, 1}, d2[2] = {22, 23};
+  c.src_blocks = s2;
+  c.dst_blocks = d2;
+  c.num_pairs = 2;
+  ASSERT_OK(api()->kv_cache_copy_blocks(&c));
+  Seq again = fork;
+  again.blocks = {22, 23, 17, 20, 21};
+  std::vector<std::vector<float>> la, lf2;
+  ASSERT_EQ(run_step(r, {{&again, 1}}, &la).code, HALO_STATUS_OK);
+  ASSERT_EQ(run_step(ref, {{&rf, 1}}, &lf2).code, HALO_STATUS_OK);
+  EXPECT_LT(rel_err(la[0], lf2[0]), 1e-5);
+}
+
+TEST(Paging, StaleReusedBlockDoesNotLeak) {
+  TestModel m(paging_cfg());
+  Runner r(m, 2, 4, 8), fresh(m, 2, 4, 8);
+  // Fill blocks 0..3 with another sequence, then "free" them and reuse for a
+  // shorter one whose last block is only partly written.
+  Seq old;
+  old.tokens = random_tokens(16, 67, 31);
+  old.blocks = {3, 2, 1, 0};
+  ASSERT_EQ(run_step(r, {{&old, 16}}, nullptr).code, HALO_STATUS_OK);
+  Seq s, t;
+  s.tokens = t.tokens = random_tokens(8, 67, 32);
+  s.blocks = {1, 3};  // stale data everywhere, 2 tokens of block 3 never written
+  t.blocks = {5, 6};
+  std::vector<std::vector<float>> a, b;
+  ASSERT_EQ(run_step(r, {{&s, 6, true}}, &a).code, HALO_STATUS_OK);
+  ASSERT_EQ(run_step(fresh, {{&t, 6, true}}, &b).code, HALO_STATUS_OK);
+  for (int i = 0; i < 6; ++i) EXPECT_LT(rel_err(a[i], b[i]), 1e-6) << i;
+}
+
+TEST(Paging, PaddingSlotsAreNotWritten) {
+  // slot -1 tokens do not touch the cache: a padded decode step and an
+  // unpadded one leave the same state behind.
+  TestModel m(paging_cfg());
+  Runner r(m, 1, 4, 8), q(m, 1, 4, 8);
+  Seq a, b;
+  a.tokens = b.tokens = random_tokens(12, 67, 41);
+  a.blocks = b.blocks = {0, 1, 2};
+  ASSERT_EQ(run_step(r, {{&a, 8}}, nullptr).code, HALO_STATUS_OK);
+  ASSERT_EQ(run_step(q, {{&b, 8}}, nullptr).code, HALO_STATUS_OK);
+  // Padding sequence in r: one token, slot -1, reading block 0 (of a).
+  {
+    std::vector<int32_t> tk{5}, ps{0}, qs{0, 1}, ctx{1}, bt{0}, li{};
+    std::vector<int64_t> sl{-1};
+    halo_execute_args x{sizeof(halo_execute_args), r.exec.get(), r.kv.get(), 1, tk.data(), ps.data(), sl.data(), 1,
+                        qs.data(), ctx.data(), bt.data(), 1, 0, li.data(), nullptr};
+    ASSERT_OK(api()->execute(&x));
+  }
+  std::vector<std::vector<float>> la, lb;
+  ASSERT_EQ(run_step(r, {{&a, 2, true}}, &la).code, HALO_STATUS_OK);
+  ASSERT_EQ(run_step(q, {{&b, 2, true}}, &lb).code, HALO_STATUS_OK);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(la[i], lb[i]) << i;
+}
+
+// ------------------------------------------------------------ determinism
+
+TEST(Determinism, ThreadCountsGiveIdenticalLogits) {
+  Config c = paging_cfg();
+  c.wt = WeightType::BF16;
+  c.hidden = 72;
+  c.inter = 200;
+  c.vocab = 301;
+  TestModel m(c);
+  std::vector<std::vector<std::vector<float>>> results;
+  for (int threads : {1, 2, 3}) {
+    Runner r(m, threads, 4, 32);
+    ASSERT_TRUE(r.kv);
+    Seq s1, s2;
+    s1.tokens = random_tokens(40, c.vocab, 51);
+    s2.tokens = random_tokens(40, c.vocab, 52);
+    s1.blocks = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    s2.blocks = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19};
+    std::vector<std::vector<float>> all, out;
+    EXPECT_EQ(run_step(r, {{&s1, 33, true}, {&s2, 20, true}}, &out).code, HALO_STATUS_OK);
+    all.insert(all.end(), out.begin(), out.end());
+    for (int d = 0; d < 3; ++d) {
+      EXPECT_EQ(run_step(r, {{&s1, 1}, {&s2, 1}}, &out).code, HALO_STATUS_OK);
+      all.insert(all.end(), out.begin(), out.end());
+    }
+    results.push_back(all);
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (size_t k = 1; k < results.size(); ++k)
+    for (size_t i = 0; i < results[0].size(); ++i) EXPECT_EQ(results[0][i], results[k][i]) << "row " << i;
+}
+
+// ---------------------------------------------------------------- timing
+
+TEST(Perf, DecodeStepTiming) {
+  // pkgchat-5m's shape (hidden 256, 6 layers, 8/4 heads, vocab 4096) with
+  // random bf16 weights. Prints the time of a decode step; no assertion.
+  Config c;
+  c.vocab = 4096;
+  c.hidden = 256;
+  c.inter = 704;
+  c.layers = 6;
+  c.heads = 8;
+  c.kv_heads = 4;
+  c.head_dim = 32;
+  c.wt = WeightType::BF16;
+  c.flags = HALO_MODEL_TIED_EMBEDDINGS;
+  TestModel m(c);
+  for (int threads : {1, 2}) {
+    Runner r(m, threads, 16, 64);
+    ASSERT_TRUE(r.kv);
+    std::vector<Seq> seqs(8);
+    for (int i = 0; i < 8; ++i) {
+      seqs[i].tokens = random_tokens(200, c.vocab, 60 + i);
+      for (int b = 0; b < 8; ++b) seqs[i].blocks.push_back(i * 8 + b);
+    }
+    std::vector<StepSeq> prefill;
+    for (auto& s : seqs) prefill.push_back({&s, 64});
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(run_step(r, prefill, nullptr).code, HALO_STATUS_OK);
+    const auto t1 = std::chrono::steady_clock::now();
+    const int steps = 32;
+    for (int i = 0; i < steps; ++i) ASSERT_EQ(run_step(r, {{&seqs[0], 1}}, nullptr).code, HALO_STATUS_OK);
+    const auto t2 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) {
+      std::vector<StepSeq> batch;
+      for (int j = 1; j < 8; ++j) batch.push_back({&seqs[j], 1});
+      ASSERT_EQ(run_step(r, batch, nullptr).code, HALO_STATUS_OK);
+    }
+    const auto t3 = std::chrono::steady_clock::now();
+    using ms = std::chrono::duration<double, std::milli>;
+    std::printf("[perf] threads=%d prefill 8x64 tokens: %.2f ms; decode batch 1: %.3f ms/step; batch 7: %.3f ms/step\n",
+                threads, ms(t1 - t0).count(), ms(t2 - t1).count() / steps, ms(t3 - t2).count() / steps);
+  }
+}
+
+}  // namespace
