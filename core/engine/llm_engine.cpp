@@ -116,18 +116,26 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
 
 LLMEngine::~LLMEngine() = default;
 
-void LLMEngine::add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
-                            SamplingParams params, int priority) {
+void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids, const SamplingParams& params) const {
   params.validate();
-  if (prompt_ids.empty()) throw Error(fmt::format("request {}: the prompt is empty", request_id));
+  if (prompt_ids.empty()) throw Error("the prompt is empty");
   const int vocab = model_->config().spec.vocab_size;
   for (int32_t id : prompt_ids) {
     if (id < 0 || id >= vocab)
-      throw Error(fmt::format("request {}: token id {} is outside the vocabulary [0, {})", request_id, id, vocab));
+      throw Error(fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab));
   }
   if (static_cast<int>(prompt_ids.size()) >= limits_.max_model_len) {
-    throw Error(fmt::format("request {}: the prompt has {} tokens but max_model_len is {}, leaving no room "
-                            "to generate", request_id, prompt_ids.size(), limits_.max_model_len));
+    throw Error(fmt::format("the prompt has {} tokens but max_model_len is {}, leaving no room to generate",
+                            prompt_ids.size(), limits_.max_model_len));
+  }
+}
+
+void LLMEngine::add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
+                            SamplingParams params, int priority) {
+  try {
+    validate_request(prompt_ids, params);
+  } catch (const Error& e) {
+    throw Error(fmt::format("request {}: {}", request_id, e.what()));
   }
   if (live_.count(request_id)) throw Error(fmt::format("request id {} is already in use", request_id));
   auto seq = std::make_shared<Sequence>();
@@ -141,8 +149,8 @@ void LLMEngine::add_request(const std::string& request_id, std::vector<int32_t> 
   scheduler_->add(seq);
 }
 
-bool LLMEngine::abort_request(const std::string& request_id) {
-  bool found = scheduler_->abort(request_id);
+bool LLMEngine::abort_request(const std::string& request_id, FinishReason reason) {
+  bool found = scheduler_->abort(request_id, reason);
   live_.erase(request_id);
   return found;
 }
@@ -166,14 +174,26 @@ std::vector<RequestOutput> LLMEngine::step() {
   SchedulerOutput sched = scheduler_->schedule();
   stats_.num_preemptions += sched.num_preempted;
   if (sched.empty()) return outputs;
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& s : sched.scheduled)
+    if (s.seq->first_scheduled == std::chrono::steady_clock::time_point{}) s.seq->first_scheduled = now;
   runner_->execute(sched);
   stats_.steps++;
+  stats_.last_step_tokens = sched.num_batched_tokens;
   const int vocab = model_->config().spec.vocab_size;
   for (size_t i = 0; i < sched.scheduled.size(); ++i) {
     Sequence& seq = *sched.scheduled[i].seq;
     int prompt_len = static_cast<int>(seq.prompt_ids.size());
     int computed_prompt = std::clamp(prompt_len - seq.num_computed_tokens, 0, sched.scheduled[i].num_tokens);
     stats_.prompt_tokens += computed_prompt;
+    if (const auto& pr = runner_->prompt_rows(i); pr.count > 0) {
+      for (int k = 0; k < pr.count; ++k) {
+        if (pr.first_position + k != static_cast<int>(seq.prompt_logprobs.size())) continue;  // recomputed
+        std::span<const float> l(runner_->logits_at(pr.first_row + k), vocab);
+        seq.prompt_logprobs.push_back(token_logprob(l, seq.prompt_ids[pr.first_position + k + 1],
+                                                    seq.params.prompt_logprobs));
+      }
+    }
     seq.num_computed_tokens += sched.scheduled[i].num_tokens;
     blocks_->cache_full_blocks(seq);
     float* row = runner_->logits_row(i);
@@ -187,13 +207,14 @@ std::vector<RequestOutput> LLMEngine::step() {
       for (int32_t e : seq.params.stop_token_ids) if (e >= 0 && e < vocab) logits[e] = ninf;
     }
     SampleResult r = sampler_.sample(logits, seq.params, seq.prompt_ids, seq.output_ids, seq.rng);
-    seq.output_ids.push_back(r.token);
-    seq.output_logprobs.push_back(r.logprob);
+    const int32_t token = r.sampled.token;
+    seq.output_ids.push_back(token);
+    seq.output_logprobs.push_back(std::move(r.sampled));
     stats_.generation_tokens++;
-    check_stop(seq, r.token);
+    check_stop(seq, token);
     RequestOutput out;
     out.request_id = seq.request_id;
-    out.new_token_ids = {r.token};
+    out.new_token_ids = {token};
     out.finished = seq.finished();
     out.finish_reason = seq.finish_reason;
     out.seq = live_.at(seq.request_id);

@@ -54,6 +54,7 @@ struct EngineStats {
   uint64_t prompt_tokens = 0;      // computed prompt tokens, including recomputation
   uint64_t generation_tokens = 0;
   uint64_t steps = 0;
+  int last_step_tokens = 0;        // tokens computed in the last step
 };
 
 class LLMEngine {
@@ -67,8 +68,14 @@ class LLMEngine {
   // vocabulary, a prompt that does not fit max_model_len or bad parameters.
   void add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
                    SamplingParams params, int priority = 0);
-  bool abort_request(const std::string& request_id);
+  // Ends a request wherever it is and frees its blocks at once (also used to
+  // end a request on a stop string, with reason kStop). False if unknown.
+  bool abort_request(const std::string& request_id, FinishReason reason = FinishReason::kAbort);
   bool has_unfinished() const { return scheduler_->has_unfinished(); }
+
+  // Checks a request as add_request would, without queuing it. Safe to call
+  // from any thread (reads only what construction fixed).
+  void validate_request(const std::vector<int32_t>& prompt_ids, const SamplingParams& params) const;
 
   // One scheduling iteration and one device step. Returns an output for every
   // sequence that produced a token or finished.

@@ -16,6 +16,7 @@ void ModelRunner::execute(const SchedulerOutput& step) {
   context_lens_.clear();
   logits_indices_.clear();
   row_of_.assign(sched.size(), -1);
+  prompt_rows_.assign(sched.size(), {});
   size_t max_blocks = 1;
   for (const auto& s : sched) max_blocks = std::max(max_blocks, s.seq->block_table.size());
   block_tables_.assign(sched.size() * max_blocks, -1);
@@ -28,6 +29,16 @@ void ModelRunner::execute(const SchedulerOutput& step) {
       token_ids_.push_back(seq.token_at(pos));
       positions_.push_back(pos);
       slot_mapping_.push_back(int64_t(seq.block_table[pos / block_size_]) * block_size_ + pos % block_size_);
+    }
+    if (seq.params.prompt_logprobs >= 0) {
+      int last = std::min(end, static_cast<int>(seq.prompt_ids.size()) - 1);  // rows predicting a prompt token
+      auto& pr = prompt_rows_[i];
+      pr.first_row = static_cast<int>(logits_indices_.size());
+      pr.first_position = start;
+      for (int pos = start; pos < last; ++pos) {
+        logits_indices_.push_back(query_start_.back() + (pos - start));
+        pr.count++;
+      }
     }
     query_start_.push_back(static_cast<int32_t>(token_ids_.size()));
     context_lens_.push_back(end);

@@ -21,6 +21,17 @@ class ModelRunner {
   void execute(const SchedulerOutput& step);
   float* logits_row(size_t i) { return row_of_[i] < 0 ? nullptr : &logits_[row_of_[i] * vocab_]; }
 
+  // For sequences that asked for prompt logprobs: the logits rows of the
+  // prompt positions computed this step that predict another prompt token.
+  // Row k predicts the prompt token at first_position + k + 1.
+  struct PromptRows {
+    int first_row = 0;
+    int count = 0;
+    int first_position = 0;
+  };
+  const PromptRows& prompt_rows(size_t i) const { return prompt_rows_[i]; }
+  float* logits_at(int row) { return &logits_[row * vocab_]; }
+
  private:
   device::Executable& executable_;
   device::KvCache& kv_cache_;
@@ -30,6 +41,7 @@ class ModelRunner {
       logits_indices_;
   std::vector<int64_t> slot_mapping_;
   std::vector<int> row_of_;
+  std::vector<PromptRows> prompt_rows_;
   std::vector<float> logits_;
 };
 

@@ -24,25 +24,46 @@ void SamplingParams::validate() const {
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
     fail(fmt::format("frequency_penalty must be in [-2, 2], got {}", frequency_penalty));
   if (max_tokens < 1) fail(fmt::format("max_tokens must be at least 1, got {}", max_tokens));
+  if (logprobs < -1 || logprobs > 20) fail(fmt::format("logprobs must be in [0, 20], got {}", logprobs));
+  if (prompt_logprobs < -1 || prompt_logprobs > 20)
+    fail(fmt::format("prompt_logprobs must be in [0, 20], got {}", prompt_logprobs));
   if (min_tokens < 0 || min_tokens > max_tokens)
     fail(fmt::format("min_tokens must be in [0, max_tokens={}], got {}", max_tokens, min_tokens));
 }
 
 namespace {
-float log_softmax_at(std::span<const float> logits, int32_t id) {
+// log(sum(exp(logits))), stable.
+double log_sum_exp(std::span<const float> logits) {
   float mx = *std::max_element(logits.begin(), logits.end());
   double sum = 0.0;
   for (float v : logits) sum += std::exp(static_cast<double>(v - mx));
-  return static_cast<float>(logits[id] - mx - std::log(sum));
+  return mx + std::log(sum);
 }
 }  // namespace
+
+TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top_k) {
+  double lse = log_sum_exp(logits);
+  TokenLogprob r;
+  r.token = token;
+  r.logprob = static_cast<float>(logits[token] - lse);
+  if (top_k > 0) {
+    int k = std::min<int>(top_k, static_cast<int>(logits.size()));
+    std::vector<int32_t> ids(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int i = 0; i < k; ++i) r.top.push_back({ids[i], static_cast<float>(logits[ids[i]] - lse)});
+  }
+  return r;
+}
 
 SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p,
                              std::span<const int32_t> prompt, std::span<const int32_t> output,
                              std::mt19937_64& rng) {
   const int vocab = static_cast<int>(logits.size());
   auto finish = [&](int32_t token, std::span<const float> raw_logits) {
-    return SampleResult{token, log_softmax_at(raw_logits, token)};
+    return SampleResult{token_logprob(raw_logits, token, std::max(0, p.logprobs))};
   };
   // Raw logprobs are reported, so keep a copy only when processing changes them.
   bool penalize = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;

@@ -8,13 +8,18 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "engine/sequence.h"
 
 namespace halo::engine {
 
 struct SampleResult {
-  int32_t token = -1;
-  float logprob = 0.0f;  // log-probability of the token under the raw model distribution
+  TokenLogprob sampled;  // the token, its log-probability under the raw model
+                         // distribution, and the params.logprobs most likely
 };
+
+// Log-probability of `token` under softmax(logits) and the top_k most likely
+// tokens with theirs (ties: lower id first).
+TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top_k);
 
 class Sampler {
  public:

@@ -20,6 +20,8 @@ struct SamplingParams {
   int min_tokens = 0;
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;
+  int logprobs = -1;         // -1: none; 0: the sampled token's; k: plus the k most likely
+  int prompt_logprobs = -1;  // same, for every prompt token after the first
 
   // Throws halo::Error naming the field and value when out of range.
   void validate() const;

@@ -97,11 +97,11 @@ void Scheduler::remove_finished() {
   running_.erase(std::remove_if(running_.begin(), running_.end(), done), running_.end());
 }
 
-bool Scheduler::abort(const std::string& request_id) {
+bool Scheduler::abort(const std::string& request_id, FinishReason reason) {
   auto match = [&](const std::shared_ptr<Sequence>& s) { return s->request_id == request_id; };
-  auto finish = [](Sequence& s) {
+  auto finish = [reason](Sequence& s) {
     s.status = SequenceStatus::kFinished;
-    s.finish_reason = FinishReason::kAbort;
+    s.finish_reason = reason;
   };
   if (auto it = std::find_if(waiting_.begin(), waiting_.end(), match); it != waiting_.end()) {
     finish(**it);

@@ -43,8 +43,8 @@ class Scheduler {
   SchedulerOutput schedule();
   // Drops finished sequences from the running queue and frees their blocks.
   void remove_finished();
-  // Finishes a sequence with reason kAbort wherever it is. False if unknown.
-  bool abort(const std::string& request_id);
+  // Finishes a sequence wherever it is and frees its blocks. False if unknown.
+  bool abort(const std::string& request_id, FinishReason reason = FinishReason::kAbort);
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }

@@ -1,14 +1,23 @@
 #pragma once
 // One request inside the engine: its tokens, how many of them have KV in the
 // cache, its block table and its own random generator.
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/sampling_params.h"
 
 namespace halo::engine {
+
+// A token's log-probability and, when asked for, the most likely alternatives.
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
+};
 
 enum class SequenceStatus { kWaiting, kRunning, kFinished };
 enum class FinishReason { kNone, kStop, kLength, kAbort };
@@ -20,7 +29,8 @@ struct Sequence {
   int priority = 0;      // lower runs first; ties by arrival
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> output_ids;
-  std::vector<float> output_logprobs;
+  std::vector<TokenLogprob> output_logprobs;  // one per output token
+  std::vector<TokenLogprob> prompt_logprobs;  // prompt tokens 1..n-1, when asked for
   SamplingParams params;
   std::mt19937_64 rng;
 
@@ -29,6 +39,7 @@ struct Sequence {
   int32_t stop_token = -1;  // the stop/eos id that ended it, if any
   int num_computed_tokens = 0;  // tokens whose K/V are in the cache
   int num_preemptions = 0;
+  std::chrono::steady_clock::time_point first_scheduled{};  // zero until first scheduled
   std::vector<int32_t> block_table;
   std::vector<uint64_t> block_hashes;  // prefix-cache hash chain of the full blocks registered so far
 

@@ -20,5 +20,6 @@ void add_engine_options(CLI::App& cmd, engine::EngineConfig& config);
 void add_generate_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_render_chat_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace halo::tools

@@ -50,10 +50,12 @@ std::vector<std::string> yaml_to_args(const std::string& path) {
 
 std::vector<std::string> expand_config_args(int argc, char** argv) {
   std::vector<std::string> in(argv, argv + argc), head, config, tail;
-  // The subcommand is the first argument that does not start with '-'
-  // (global flags before it take no values except --log-level).
+  // Settings go after the subcommand chain and its positionals (the first run
+  // of words not starting with '-', after any global flags), before the rest
+  // of the command line, which therefore wins.
   size_t sub = 1;
   while (sub < in.size() && in[sub].starts_with("-")) sub += (in[sub] == "--log-level") ? 2 : 1;
+  while (sub + 1 < in.size() && !in[sub + 1].starts_with("-")) ++sub;
   for (size_t i = 0; i < in.size(); ++i) {
     if (i > sub && in[i] == "--config") {
       if (i + 1 >= in.size()) throw Error("--config needs a file name");
@@ -71,9 +73,15 @@ std::vector<std::string> expand_config_args(int argc, char** argv) {
   return head;
 }
 
-void last_value_wins(CLI::App& cmd) {
-  for (CLI::Option* opt : cmd.get_options()) {
-    if (opt->get_expected_max() <= 1) opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+void add_config_option(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) {
+    if (sub->get_subcommands({}).empty()) {
+      // Parsed away by expand_config_args before CLI11 sees it; here for --help.
+      sub->add_option("--config", "YAML file of settings keyed by long flag names; the command line wins");
+      for (CLI::Option* opt : sub->get_options())
+        if (opt->get_expected_max() <= 1) opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    }
+    add_config_option(*sub);
   }
 }
 

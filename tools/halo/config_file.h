@@ -15,7 +15,8 @@ namespace halo::tools {
 // file and key for unreadable YAML or values that are not scalars or lists.
 std::vector<std::string> expand_config_args(int argc, char** argv);
 
-// Makes every single-valued option of `cmd` keep its last value.
-void last_value_wins(CLI::App& cmd);
+// Documents --config on every (nested) subcommand that takes options and
+// makes their single-valued options keep their last value.
+void add_config_option(CLI::App& app);
 
 }  // namespace halo::tools

@@ -25,10 +25,8 @@ int main(int argc, char** argv) {
   halo::tools::add_generate_command(app);
   halo::tools::add_devices_command(app);
   halo::tools::add_render_chat_command(app);
-  for (CLI::App* sub : app.get_subcommands({})) {
-    sub->add_option("--config", "YAML file of settings keyed by long flag names; the command line wins");
-    halo::tools::last_value_wins(*sub);
-  }
+  halo::tools::add_bench_command(app);
+  halo::tools::add_config_option(app);
   try {
     std::vector<std::string> args = halo::tools::expand_config_args(argc, argv);
     args.erase(args.begin());                  // CLI11 wants no program name

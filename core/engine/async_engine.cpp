@@ -1,0 +1,420 @@
+#include "engine/async_engine.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+#include "text/detokenizer/incremental_detokenizer.h"
+#include "text/detokenizer/stop_checker.h"
+
+namespace halo::engine {
+
+using Clock = std::chrono::steady_clock;
+
+// ------------------------------------------------------------ RequestStream
+
+RequestStream::RequestStream(std::string request_id, std::vector<int32_t> prompt_ids, int n)
+    : request_id_(std::move(request_id)), prompt_ids_(std::move(prompt_ids)), open_choices_(n) {}
+
+void RequestStream::push(StreamEvent event) {
+  {
+    std::lock_guard lk(mu_);
+    if (event.finished) open_choices_--;
+    events_.push_back(std::move(event));
+  }
+  cv_.notify_all();
+}
+
+RequestStream::Poll RequestStream::next(StreamEvent& event, std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  if (!cv_.wait_for(lk, timeout, [&] { return !events_.empty() || open_choices_ <= 0; })) return Poll::kTimeout;
+  if (events_.empty()) return Poll::kEnd;
+  event = std::move(events_.front());
+  events_.pop_front();
+  return Poll::kEvent;
+}
+
+std::vector<TokenLogprob> RequestStream::prompt_logprobs() const {
+  std::lock_guard lk(mu_);
+  return prompt_logprobs_;
+}
+
+int RequestStream::num_cached_prompt_tokens() const {
+  std::lock_guard lk(mu_);
+  return cached_prompt_tokens_;
+}
+
+// ------------------------------------------------------------ AsyncEngine
+
+struct AsyncEngine::Choice {
+  std::string seq_id;
+  std::unique_ptr<text::IncrementalDetokenizer> detok;
+  std::unique_ptr<text::StopChecker> stop;
+  bool done = false;
+  double cumulative_logprob = 0;
+  StreamEvent buffered;  // best_of > n: everything, released when all are done
+  Clock::time_point last_token{};
+};
+
+struct AsyncEngine::Request {
+  std::string id;
+  std::vector<int32_t> prompt;
+  RequestOptions opts;
+  std::shared_ptr<RequestStream> stream;
+  std::vector<Choice> choices;  // best_of of them
+  int open = 0;
+  bool buffer_all = false;
+  bool first_token_seen = false;
+  Clock::time_point arrival;
+};
+
+AsyncEngine::AsyncEngine(const EngineConfig& config, std::shared_ptr<const model::LoadedModel> model,
+                         text::Tokenizer tokenizer)
+    : engine_(std::make_unique<LLMEngine>(config, std::move(model))),
+      tokenizer_(std::move(tokenizer)),
+      last_log_(Clock::now()) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+AsyncEngine::~AsyncEngine() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& request_id,
+                                                        std::vector<int32_t> prompt_ids,
+                                                        const RequestOptions& options) {
+  engine_->validate_request(prompt_ids, options.sampling);
+  int best_of = options.best_of > 0 ? options.best_of : options.n;
+  if (options.n < 1) throw Error(fmt::format("n must be at least 1, got {}", options.n));
+  if (best_of < options.n) throw Error(fmt::format("best_of={} must be at least n={}", best_of, options.n));
+  if (best_of > 64) throw Error(fmt::format("best_of (or n) must be at most 64, got {}", best_of));
+  for (const auto& s : options.stop)
+    if (s.empty()) throw Error("stop strings must not be empty");
+
+  auto req = std::make_shared<Request>();
+  req->id = request_id;
+  req->prompt = prompt_ids;
+  req->opts = options;
+  req->arrival = Clock::now();
+  req->buffer_all = best_of > options.n;
+  req->stream = std::make_shared<RequestStream>(request_id, std::move(prompt_ids), options.n);
+  text::DetokenizerOptions dopts;
+  dopts.skip_special_tokens = options.skip_special_tokens;
+  dopts.spaces_between_special_tokens = options.spaces_between_special_tokens;
+  req->choices.resize(best_of);
+  for (auto& c : req->choices) {
+    c.detok = std::make_unique<text::IncrementalDetokenizer>(tokenizer_, dopts, req->prompt);
+    c.stop = std::make_unique<text::StopChecker>(options.stop, options.include_stop_str_in_output);
+  }
+  {
+    std::lock_guard lk(mu_);
+    commands_.push_back({req, {}});
+  }
+  cv_.notify_all();
+  return req->stream;
+}
+
+void AsyncEngine::abort(const std::string& request_id) {
+  {
+    std::lock_guard lk(mu_);
+    commands_.push_back({nullptr, request_id});
+  }
+  cv_.notify_all();
+}
+
+void AsyncEngine::handle_add(const std::shared_ptr<Request>& req) {
+  static uint64_t counter = 0;  // loop thread only
+  if (requests_.count(req->id)) {
+    StreamEvent ev;
+    ev.finished = true;
+    ev.finish_reason = FinishReason::kAbort;
+    ev.error = fmt::format("request id {} is already in use", req->id);
+    for (int i = 0; i < req->opts.n; ++i) {
+      ev.index = i;
+      req->stream->push(ev);
+    }
+    return;
+  }
+  requests_[req->id] = req;
+  uint64_t tag = counter++;
+  for (size_t i = 0; i < req->choices.size(); ++i) {
+    Choice& c = req->choices[i];
+    c.seq_id = fmt::format("{}#{}", tag, i);
+    SamplingParams p = req->opts.sampling;
+    // Choices of one request must differ: each gets its own seed.
+    if (p.seed) p.seed = *p.seed + i;
+    // best_of ranks by cumulative logprob, which needs the sampled logprobs.
+    if (req->buffer_all && p.logprobs < 0) p.logprobs = 0;
+    try {
+      engine_->add_request(c.seq_id, req->prompt, p, req->opts.priority);
+      by_seq_[c.seq_id] = {req, static_cast<int>(i)};
+      req->open++;
+    } catch (const std::exception& e) {
+      StreamEvent ev;
+      ev.index = static_cast<int>(i);
+      ev.finished = true;
+      ev.finish_reason = FinishReason::kAbort;
+      ev.error = e.what();
+      c.done = true;
+      if (!req->buffer_all) req->stream->push(ev);
+    }
+  }
+  if (req->open == 0) requests_.erase(req->id);
+}
+
+void AsyncEngine::handle_abort(const std::string& request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return;
+  auto req = it->second;
+  for (auto& c : req->choices) {
+    if (c.done) continue;
+    engine_->abort_request(c.seq_id);
+    StreamEvent ev;
+    ev.finished = true;
+    ev.finish_reason = FinishReason::kAbort;
+    finish_choice(*req, c, std::move(ev));
+  }
+}
+
+void AsyncEngine::finish_choice(Request& req, Choice& c, StreamEvent ev) {
+  c.done = true;
+  by_seq_.erase(c.seq_id);
+  req.open--;
+  const auto now = Clock::now();
+  {
+    std::lock_guard lk(metrics_mu_);
+    std::string reason = ev.error.empty() ? finish_reason_name(ev.finish_reason) : "error";
+    metrics_.request_success[reason]++;
+    if (req.open == 0) {
+      metrics_.e2e_request_latency_seconds.observe(std::chrono::duration<double>(now - req.arrival).count());
+      metrics_.request_prompt_tokens.observe(double(req.prompt.size()));
+    }
+  }
+  if (req.buffer_all) {
+    auto& b = c.buffered;
+    b.token_ids.insert(b.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+    b.text += ev.text;
+    b.logprobs.insert(b.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+    b.finished = true;
+    b.finish_reason = ev.finish_reason;
+    b.stop_reason = ev.stop_reason;
+    if (!ev.error.empty()) b.error = ev.error;
+    if (req.open == 0) {
+      // Release the n best of best_of, ranked by cumulative logprob.
+      std::vector<size_t> order(req.choices.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return req.choices[a].cumulative_logprob > req.choices[b].cumulative_logprob;
+      });
+      for (int k = 0; k < req.opts.n; ++k) {
+        StreamEvent out = std::move(req.choices[order[k]].buffered);
+        out.index = k;
+        if (req.opts.sampling.logprobs < 0) out.logprobs.clear();  // asked only for ranking
+        req.stream->push(std::move(out));
+      }
+    }
+  } else {
+    req.stream->push(std::move(ev));
+  }
+  if (req.open == 0) requests_.erase(req.id);
+}
+
+void AsyncEngine::process(const RequestOutput& out) {
+  auto it = by_seq_.find(out.request_id);
+  if (it == by_seq_.end()) return;
+  auto req = it->second.first;
+  Choice& c = req->choices[it->second.second];
+  const Sequence& seq = *out.seq;
+  const auto now = Clock::now();
+  {
+    std::lock_guard lk(metrics_mu_);
+    if (!req->first_token_seen) {
+      metrics_.time_to_first_token_seconds.observe(std::chrono::duration<double>(now - req->arrival).count());
+      if (seq.first_scheduled != Clock::time_point{})
+        metrics_.request_queue_time_seconds.observe(
+            std::chrono::duration<double>(seq.first_scheduled - req->arrival).count());
+    }
+    if (c.last_token != Clock::time_point{})
+      metrics_.inter_token_latency_seconds.observe(std::chrono::duration<double>(now - c.last_token).count());
+  }
+  c.last_token = now;
+  if (!req->first_token_seen) {
+    req->first_token_seen = true;
+    std::lock_guard lk(req->stream->mu_);
+    req->stream->prompt_logprobs_ = seq.prompt_logprobs;
+  }
+
+  StreamEvent ev;
+  ev.index = it->second.second;
+  ev.token_ids = out.new_token_ids;
+  if (!seq.output_logprobs.empty()) {
+    c.cumulative_logprob += seq.output_logprobs.back().logprob;
+    if (req->opts.sampling.logprobs >= 0 || req->buffer_all) ev.logprobs.push_back(seq.output_logprobs.back());
+  }
+  std::string delta;
+  for (int32_t t : out.new_token_ids) delta += c.detok->add(t);
+  if (out.finished) delta += c.detok->finish();
+  ev.text = c.stop->feed(delta);
+  if (c.stop->stopped()) {
+    ev.finished = true;
+    ev.finish_reason = FinishReason::kStop;
+    ev.stop_reason = c.stop->stop_string();
+    if (!out.finished) engine_->abort_request(c.seq_id, FinishReason::kStop);
+  } else if (out.finished) {
+    ev.text += c.stop->finish();
+    ev.finished = true;
+    ev.finish_reason = out.finish_reason;
+    const auto& ids = seq.params.stop_token_ids;
+    if (seq.stop_token >= 0 && std::find(ids.begin(), ids.end(), seq.stop_token) != ids.end())
+      ev.stop_reason = std::to_string(seq.stop_token);
+  }
+  if (ev.finished) {
+    {
+      std::lock_guard lk(metrics_mu_);
+      metrics_.request_generation_tokens.observe(double(seq.output_ids.size()));
+    }
+    finish_choice(*req, c, std::move(ev));
+  } else if (req->buffer_all) {
+    auto& b = c.buffered;
+    b.token_ids.insert(b.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+    b.text += ev.text;
+    b.logprobs.insert(b.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+  } else {
+    req->stream->push(std::move(ev));
+  }
+}
+
+void AsyncEngine::fail_all(const std::string& message) {
+  auto reqs = requests_;
+  for (auto& [id, req] : reqs) {
+    for (auto& c : req->choices) {
+      if (c.done) continue;
+      try {
+        engine_->abort_request(c.seq_id);
+      } catch (const std::exception&) {
+      }
+      StreamEvent ev;
+      ev.finished = true;
+      ev.finish_reason = FinishReason::kAbort;
+      ev.error = message;
+      finish_choice(*req, c, std::move(ev));
+    }
+  }
+}
+
+void AsyncEngine::log_stats_if_due() {
+  auto now = Clock::now();
+  double secs = std::chrono::duration<double>(now - last_log_).count();
+  if (secs < 5.0) return;
+  auto st = engine_->stats();
+  uint64_t dp = st.prompt_tokens - logged_prompt_, dg = st.generation_tokens - logged_generation_;
+  last_log_ = now;
+  logged_prompt_ = st.prompt_tokens;
+  logged_generation_ = st.generation_tokens;
+  if (dp == 0 && dg == 0 && st.num_running == 0 && st.num_waiting == 0) return;
+  double hit = st.prefix_cache_queries ? 100.0 * st.prefix_cache_hits / st.prefix_cache_queries : 0.0;
+  spdlog::info("prompt throughput: {:.1f} tok/s, generation throughput: {:.1f} tok/s, running: {}, waiting: {}, "
+               "KV cache usage: {:.1f}%, preemptions: {}, prefix cache hit rate: {:.1f}%",
+               dp / secs, dg / secs, st.num_running, st.num_waiting, 100.0 * st.kv_cache_usage, st.num_preemptions,
+               hit);
+}
+
+void AsyncEngine::loop() {
+  while (true) {
+    std::deque<Command> cmds;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !commands_.empty() || engine_->has_unfinished(); });
+      if (stop_) break;
+      cmds.swap(commands_);
+    }
+    for (auto& cmd : cmds) {
+      if (cmd.add) handle_add(cmd.add);
+      else handle_abort(cmd.abort_id);
+    }
+    if (!engine_->has_unfinished()) continue;
+    std::vector<RequestOutput> outs;
+    try {
+      outs = engine_->step();
+    } catch (const std::exception& e) {
+      spdlog::error("engine step failed: {}", e.what());
+      {
+        std::lock_guard lk(metrics_mu_);
+        healthy_ = false;
+      }
+      fail_all(std::string("engine step failed: ") + e.what());
+      continue;
+    }
+    auto st = engine_->stats();
+    {
+      std::lock_guard lk(metrics_mu_);
+      metrics_.num_running = st.num_running;
+      metrics_.num_waiting = st.num_waiting;
+      metrics_.kv_cache_usage = st.kv_cache_usage;
+      metrics_.prompt_tokens = st.prompt_tokens;
+      metrics_.generation_tokens = st.generation_tokens;
+      metrics_.num_preemptions = st.num_preemptions;
+      metrics_.prefix_cache_queries = st.prefix_cache_queries;
+      metrics_.prefix_cache_hits = st.prefix_cache_hits;
+      if (st.last_step_tokens > 0) metrics_.iteration_tokens_total.observe(st.last_step_tokens);
+    }
+    for (const auto& out : outs) process(out);
+    log_stats_if_due();
+  }
+  fail_all("the engine is shutting down");
+}
+
+EngineMetrics AsyncEngine::metrics() const {
+  std::lock_guard lk(metrics_mu_);
+  return metrics_;
+}
+
+bool AsyncEngine::healthy() const {
+  std::lock_guard lk(metrics_mu_);
+  return healthy_;
+}
+
+std::vector<RequestResult> AsyncEngine::generate(
+    const std::vector<std::pair<std::vector<int32_t>, RequestOptions>>& batch) {
+  static std::atomic<uint64_t> batch_counter{0};
+  uint64_t tag = batch_counter++;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<RequestResult> results(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    results[i].prompt_ids = batch[i].first;
+    results[i].choices.resize(batch[i].second.n);
+    try {
+      streams.push_back(add_request(fmt::format("generate-{}-{}", tag, i), batch[i].first, batch[i].second));
+    } catch (const std::exception& e) {
+      results[i].error = e.what();
+      streams.push_back(nullptr);
+    }
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!streams[i]) continue;
+    StreamEvent ev;
+    while (streams[i]->next(ev) == RequestStream::Poll::kEvent) {
+      auto& c = results[i].choices.at(ev.index);
+      c.token_ids.insert(c.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+      c.text += ev.text;
+      c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+      if (ev.finished) {
+        c.finish_reason = ev.finish_reason;
+        c.stop_reason = ev.stop_reason;
+      }
+      if (!ev.error.empty()) results[i].error = ev.error;
+    }
+    results[i].prompt_logprobs = streams[i]->prompt_logprobs();
+  }
+  return results;
+}
+
+}  // namespace halo::engine

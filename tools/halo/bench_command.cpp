@@ -1,0 +1,264 @@
+// `halo bench throughput`: offline throughput of the engine on a workload of N
+// prompts, run once with everything submitted at once (continuous batching)
+// and once one request at a time, so the gain of batching is a ratio measured
+// in the same run on the same machine.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "commands.h"
+#include "common/error.h"
+#include "text/tokenizer/tokenizer.h"
+
+namespace halo::tools {
+namespace fs = std::filesystem;
+namespace {
+
+struct BenchOptions {
+  std::string model_dir;
+  int num_prompts = 64;
+  int input_len = 128;
+  int output_len = 128;
+  double range_ratio = 0.0;
+  std::string dataset;
+  std::string output_json;
+  int baseline_prompts = -1;  // -1: all; 0: skip the one-at-a-time run
+  uint64_t workload_seed = 0;
+  engine::EngineConfig engine;
+};
+
+struct WorkItem {
+  std::vector<int32_t> prompt;
+  int output_len;
+};
+
+struct RunResult {
+  double seconds = 0;
+  uint64_t input_tokens = 0, output_tokens = 0;
+  std::vector<double> step_ms;
+  double peak_kv = 0;
+  uint64_t preemptions = 0;
+  size_t max_batch = 0;
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(std::min<double>(v.size() - 1, p / 100.0 * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+// Dataset: JSON lines ({"prompt": text | "prompt_token_ids": [...], "output_len": N})
+// or a ShareGPT-style JSON list (first human turn = prompt, the reply's length = output).
+std::vector<WorkItem> load_dataset(const std::string& path, const text::Tokenizer& tok, const BenchOptions& o) {
+  std::ifstream in(path);
+  if (!in) throw Error(fmt::format("--dataset {}: cannot open", path));
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<WorkItem> items;
+  auto add_json = [&](const nlohmann::json& j, const std::string& where) {
+    WorkItem w;
+    w.output_len = o.output_len;
+    if (j.contains("conversations")) {
+      const auto& c = j["conversations"];
+      if (!c.is_array() || c.size() < 2) return;
+      w.prompt = tok.encode(c[0].value("value", ""), true);
+      w.output_len = std::max<int>(1, static_cast<int>(tok.encode(c[1].value("value", ""), false).size()));
+    } else if (j.contains("prompt_token_ids")) {
+      w.prompt = j["prompt_token_ids"].get<std::vector<int32_t>>();
+    } else if (j.contains("prompt") && j["prompt"].is_string()) {
+      w.prompt = tok.encode(j["prompt"].get<std::string>(), true);
+    } else {
+      throw Error(fmt::format("{}: needs \"prompt\", \"prompt_token_ids\" or \"conversations\"", where));
+    }
+    if (j.contains("output_len")) w.output_len = j["output_len"].get<int>();
+    if (!w.prompt.empty()) items.push_back(std::move(w));
+  };
+  auto doc = nlohmann::json::parse(all, nullptr, false);
+  if (!doc.is_discarded() && doc.is_array()) {
+    for (size_t i = 0; i < doc.size(); ++i) add_json(doc[i], fmt::format("{}[{}]", path, i));
+  } else {
+    std::istringstream lines(all);
+    std::string line;
+    int n = 0;
+    while (std::getline(lines, line)) {
+      ++n;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) throw Error(fmt::format("{}:{}: not valid JSON", path, n));
+      add_json(j, fmt::format("{}:{}", path, n));
+    }
+  }
+  if (items.empty()) throw Error(fmt::format("--dataset {}: no usable prompts", path));
+  if (static_cast<int>(items.size()) > o.num_prompts) items.resize(o.num_prompts);
+  return items;
+}
+
+std::vector<WorkItem> random_workload(const BenchOptions& o, int vocab) {
+  std::mt19937_64 rng(o.workload_seed);
+  auto len = [&](int base) {
+    int lo = std::max(1, static_cast<int>(base * (1.0 - o.range_ratio)));
+    int hi = std::max(lo, static_cast<int>(base * (1.0 + o.range_ratio)));
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  std::uniform_int_distribution<int32_t> id(std::min(vocab - 1, 10), vocab - 1);
+  std::vector<WorkItem> items(o.num_prompts);
+  for (auto& w : items) {
+    w.prompt.resize(len(o.input_len));
+    for (auto& t : w.prompt) t = id(rng);
+    w.output_len = len(o.output_len);
+  }
+  return items;
+}
+
+// Runs items[begin, end) submitted together and drains the engine.
+void run_batch(engine::LLMEngine& eng, const std::vector<WorkItem>& items, size_t begin, size_t end,
+               RunResult& r, uint64_t& next_id) {
+  for (size_t i = begin; i < end; ++i) {
+    engine::SamplingParams p;
+    p.temperature = 0;  // identical work in both runs
+    p.ignore_eos = true;
+    p.max_tokens = items[i].output_len;
+    eng.add_request(std::to_string(next_id++), items[i].prompt, p);
+    r.input_tokens += items[i].prompt.size();
+  }
+  while (eng.has_unfinished()) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto outs = eng.step();
+    r.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    auto st = eng.stats();
+    r.peak_kv = std::max<double>(r.peak_kv, st.kv_cache_usage);
+    r.max_batch = std::max(r.max_batch, st.num_running);
+    r.output_tokens += outs.size();
+  }
+}
+
+nlohmann::ordered_json report(const char* name, const RunResult& r, size_t requests) {
+  nlohmann::ordered_json j;
+  j["mode"] = name;
+  j["requests"] = requests;
+  j["duration_s"] = r.seconds;
+  j["requests_per_s"] = requests / r.seconds;
+  j["input_tokens"] = r.input_tokens;
+  j["output_tokens"] = r.output_tokens;
+  j["input_tokens_per_s"] = r.input_tokens / r.seconds;
+  j["output_tokens_per_s"] = r.output_tokens / r.seconds;
+  j["total_tokens_per_s"] = (r.input_tokens + r.output_tokens) / r.seconds;
+  j["steps"] = r.step_ms.size();
+  j["step_ms_p50"] = percentile(r.step_ms, 50);
+  j["step_ms_p90"] = percentile(r.step_ms, 90);
+  j["step_ms_p99"] = percentile(r.step_ms, 99);
+  j["peak_kv_cache_usage"] = r.peak_kv;
+  j["max_running"] = r.max_batch;
+  j["preemptions"] = r.preemptions;
+  return j;
+}
+
+void print_report(const nlohmann::ordered_json& j) {
+  fmt::print("{:<26} {}\n", "mode", j["mode"].get<std::string>());
+  fmt::print("{:<26} {}\n", "requests", j["requests"].get<size_t>());
+  fmt::print("{:<26} {:.2f}\n", "duration (s)", j["duration_s"].get<double>());
+  fmt::print("{:<26} {:.2f}\n", "requests/s", j["requests_per_s"].get<double>());
+  fmt::print("{:<26} {:.1f}\n", "input tokens/s", j["input_tokens_per_s"].get<double>());
+  fmt::print("{:<26} {:.1f}\n", "output tokens/s", j["output_tokens_per_s"].get<double>());
+  fmt::print("{:<26} {:.2f} / {:.2f} / {:.2f}\n", "step ms p50/p90/p99", j["step_ms_p50"].get<double>(),
+             j["step_ms_p90"].get<double>(), j["step_ms_p99"].get<double>());
+  fmt::print("{:<26} {:.1f}%\n", "peak KV cache usage", 100 * j["peak_kv_cache_usage"].get<double>());
+  fmt::print("{:<26} {}\n", "max running", j["max_running"].get<size_t>());
+  fmt::print("{:<26} {}\n\n", "preemptions", j["preemptions"].get<uint64_t>());
+}
+
+void run_throughput(const BenchOptions& o) {
+  fs::path dir = o.model_dir.empty() ? default_model_dir() : fs::path(o.model_dir);
+  auto model = std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir));
+  const auto& spec = model->config().spec;
+  std::vector<WorkItem> items;
+  if (!o.dataset.empty()) {
+    items = load_dataset(o.dataset, text::Tokenizer::from_model_dir(dir), o);
+  } else {
+    items = random_workload(o, spec.vocab_size);
+  }
+  engine::LLMEngine eng(o.engine, model);
+  for (auto& w : items) {  // keep every request inside the context
+    int room = eng.max_model_len() - 1;
+    if (static_cast<int>(w.prompt.size()) > room - 1) w.prompt.resize(room - 1);
+    w.output_len = std::max(1, std::min<int>(w.output_len, room - static_cast<int>(w.prompt.size())));
+  }
+  uint64_t params = 0;
+  for (const auto& w : model->weights()) {
+    uint64_t n = 1;
+    for (int d = 0; d < w.tensor->ndim; ++d) n *= w.tensor->shape[d];
+    params += n;
+  }
+  spdlog::info("bench throughput: {} requests on {} ({:.1f}M parameters), device {}", items.size(),
+               dir.filename().string(), params / 1e6, o.engine.device);
+
+  uint64_t next_id = 0;
+  auto timed = [&](auto&& body) {
+    RunResult r;
+    uint64_t pre0 = eng.stats().num_preemptions;
+    auto t0 = std::chrono::steady_clock::now();
+    body(r);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.preemptions = eng.stats().num_preemptions - pre0;
+    return r;
+  };
+  RunResult batched = timed([&](RunResult& r) { run_batch(eng, items, 0, items.size(), r, next_id); });
+  nlohmann::ordered_json out;
+  out["model"] = dir.string();
+  out["parameters"] = params;
+  out["device"] = o.engine.device;
+  out["max_num_seqs"] = eng.limits().max_num_seqs;
+  out["kv_blocks"] = eng.num_kv_blocks();
+  out["block_size"] = eng.limits().block_size;
+  out["batched"] = report("continuous batching", batched, items.size());
+  print_report(out["batched"]);
+
+  size_t nb = o.baseline_prompts < 0 ? items.size() : std::min<size_t>(o.baseline_prompts, items.size());
+  if (nb > 0) {
+    RunResult serial = timed([&](RunResult& r) {
+      for (size_t i = 0; i < nb; ++i) run_batch(eng, items, i, i + 1, r, next_id);
+    });
+    out["one_at_a_time"] = report("one request at a time", serial, nb);
+    print_report(out["one_at_a_time"]);
+    double gain = out["batched"]["output_tokens_per_s"].get<double>() /
+                  out["one_at_a_time"]["output_tokens_per_s"].get<double>();
+    out["batching_gain_output_tokens_per_s"] = gain;
+    fmt::print("continuous batching gain (output tokens/s): {:.2f}x\n", gain);
+  }
+  if (!o.output_json.empty()) {
+    std::ofstream f(o.output_json);
+    if (!f) throw Error(fmt::format("--output-json {}: cannot write", o.output_json));
+    f << out.dump(2) << "\n";
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks of the whole system");
+  bench->require_subcommand(1);
+  auto o = std::make_shared<BenchOptions>();
+  auto* cmd = bench->add_subcommand("throughput", "Offline throughput: batched vs one request at a time");
+  cmd->add_option("model", o->model_dir, "Hugging Face model directory (default: the embedded pkgchat-5m); "
+                                         "make one of any size with tools/make_test_model.py");
+  cmd->add_option("--num-prompts", o->num_prompts, "Requests in the workload")->capture_default_str();
+  cmd->add_option("--input-len", o->input_len, "Prompt tokens per random request")->capture_default_str();
+  cmd->add_option("--output-len", o->output_len, "Generated tokens per request")->capture_default_str();
+  cmd->add_option("--range-ratio", o->range_ratio, "Random lengths vary by +/- this fraction")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  cmd->add_option("--dataset", o->dataset, "JSON lines or ShareGPT JSON instead of random prompts");
+  cmd->add_option("--workload-seed", o->workload_seed, "Seed of the random workload")->capture_default_str();
+  cmd->add_option("--baseline-prompts", o->baseline_prompts,
+                  "Requests to run one at a time for the baseline (-1: all, 0: skip)")->capture_default_str();
+  cmd->add_option("--output-json", o->output_json, "Write the results as JSON to this file");
+  add_engine_options(*cmd, o->engine);
+  cmd->callback([o] { run_throughput(*o); });
+}
+
+}  // namespace halo::tools
