@@ -1,0 +1,86 @@
+#pragma once
+// Hugging Face tokenizer.json BPE tokenizer (SentencePiece-style and byte-level).
+//
+// Behaviour follows the `tokenizers` library: the text is first split on the
+// added tokens (leftmost-longest), the other pieces are normalized,
+// pre-tokenized and BPE-encoded, then the post-processor adds BOS/EOS when
+// add_special_tokens is set. Decoding runs the tokenizer.json decoder chain and,
+// when tokenizer_config.json asks for it, transformers' clean_up_tokenization.
+//
+// A Tokenizer is immutable after loading; copies share the loaded data and all
+// const methods are safe to call from several threads.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace halo::text {
+
+namespace detail {
+struct TokenizerData;
+}
+
+class Tokenizer {
+ public:
+  // Reads DIR/tokenizer.json and, if present, DIR/tokenizer_config.json.
+  static Tokenizer from_model_dir(const std::filesystem::path& dir);
+  // tokenizer_config may be empty (no config).
+  static Tokenizer from_files(const std::filesystem::path& tokenizer_json,
+                              const std::filesystem::path& tokenizer_config);
+
+  // add_special_tokens: apply the post-processor (TemplateProcessing, or the
+  // add_bos_token/add_eos_token of a Llama-class tokenizer_config). Added
+  // tokens written in the text are always recognized, as Hugging Face does.
+  // Throws halo::Error when `text` is not valid UTF-8.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
+
+  // Ids without a token (gaps in the vocabulary) are skipped, as Hugging Face does.
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true) const;
+
+  // Lower-level decode used by the incremental detokenizer.
+  struct DecodeControl {
+    // false: `ids` continue a sequence whose text is already non-empty, so
+    // start-of-text rules (Strip decoder start, Metaspace first token) do not apply.
+    bool at_sequence_start = true;
+    // true: leave out the tail that later ids could still change (an
+    // unfinished byte-fallback group, an incomplete UTF-8 sequence, text that
+    // clean-up or a trailing Strip could still alter). The result is then a
+    // prefix of the decode of any extension of `ids`.
+    bool stable_only = false;
+  };
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens, DecodeControl control) const;
+
+  int32_t vocab_size() const;  // max id + 1 over the vocabulary and the added tokens
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  std::string id_to_token(int32_t id) const;  // raw piece; throws halo::Error when there is none
+  bool is_special(int32_t id) const;
+  bool is_added_token(int32_t id) const;          // listed in tokenizer.json's added_tokens
+  bool is_byte_fallback_token(int32_t id) const;  // <0xNN> with byte_fallback decoding
+
+  std::optional<int32_t> bos_token_id() const;
+  std::optional<int32_t> eos_token_id() const;
+  // Strings from tokenizer_config.json (plain strings or {"content": ...}); empty when absent.
+  const std::string& bos_token() const;
+  const std::string& eos_token() const;
+  bool adds_bos() const;  // whether encode(..., true) prepends BOS
+  bool adds_eos() const;  // whether encode(..., true) appends EOS
+
+  // The tokenizer.json this was loaded from (for messages).
+  const std::filesystem::path& source() const;
+
+  Tokenizer(const Tokenizer&) = default;
+  Tokenizer& operator=(const Tokenizer&) = default;
+  Tokenizer(Tokenizer&&) noexcept = default;
+  Tokenizer& operator=(Tokenizer&&) noexcept = default;
+  ~Tokenizer();
+
+ private:
+  explicit Tokenizer(std::shared_ptr<const detail::TokenizerData> data);
+  std::shared_ptr<const detail::TokenizerData> d_;
+};
+
+}  // namespace halo::text

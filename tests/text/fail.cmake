@@ -1,0 +1,2 @@
+# Used as a ctest command when a test prerequisite is missing: fails with MSG.
+message(FATAL_ERROR "${MSG}")
