@@ -112,7 +112,7 @@ void run_generate(const GenerateOptions& o) {
   auto model = std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir));
   auto tokenizer = text::Tokenizer::from_model_dir(dir);
   spdlog::info("model {} ({}, {} layers, {:.1f} MB of weights) loaded in {:.2f} s", dir.string(),
-               model->config().architecture, model->config().spec.num_layers, model->weight_bytes() / 1e6,
+               model->config().architecture(), model->config().spec.num_layers, model->weight_bytes() / 1e6,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
   // Prompts in the order given: --prompt, then --prompt-ids, then the file.

@@ -1,0 +1,170 @@
+#include "model/model_loader.h"
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+#include "model/safetensors.h"
+#include "model/weight_map.h"
+
+namespace halo::model {
+
+namespace {
+
+// One canonical weight: owns its name and shape; `tensor` points into a file.
+struct WeightEntry {
+  std::string name;
+  std::vector<int64_t> shape;
+  DLTensor tensor{};
+};
+
+DLDataType dl_dtype(SafetensorsDType t) {
+  switch (t) {
+    case SafetensorsDType::kF32: return {kDLFloat, 32, 1};
+    case SafetensorsDType::kF16: return {kDLFloat, 16, 1};
+    case SafetensorsDType::kBF16: return {kDLBfloat, 16, 1};
+    default: break;
+  }
+  return {kDLFloat, 0, 0};
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+}  // namespace
+
+struct LoadedModel::Impl {
+  ModelConfig config;
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::vector<std::unique_ptr<WeightEntry>> entries;
+  std::vector<halo_named_tensor> named;
+  std::map<std::string, const DLTensor*, std::less<>> by_name;
+  uint64_t bytes = 0;
+};
+
+LoadedModel::LoadedModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LoadedModel::LoadedModel(LoadedModel&&) noexcept = default;
+LoadedModel& LoadedModel::operator=(LoadedModel&&) noexcept = default;
+LoadedModel::~LoadedModel() = default;
+
+const ModelConfig& LoadedModel::config() const { return impl_->config; }
+std::span<const halo_named_tensor> LoadedModel::weights() const { return impl_->named; }
+uint64_t LoadedModel::weight_bytes() const { return impl_->bytes; }
+
+const DLTensor* LoadedModel::find(std::string_view canonical_name) const {
+  auto it = impl_->by_name.find(canonical_name);
+  return it == impl_->by_name.end() ? nullptr : it->second;
+}
+
+std::vector<std::filesystem::path> LoadedModel::files() const {
+  std::vector<std::filesystem::path> out;
+  for (const auto& f : impl_->files) out.push_back(f->path());
+  return out;
+}
+
+LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = load_model_config(model_dir);
+  const ModelConfig& cfg = impl->config;
+
+  // Where each HF tensor lives: one file, or the shards of an index.
+  const std::filesystem::path single = model_dir / "model.safetensors";
+  const std::filesystem::path index_path = model_dir / "model.safetensors.index.json";
+  std::map<std::string, std::string, std::less<>> weight_map;  // HF name -> shard file name
+  const bool sharded = !std::filesystem::exists(single);
+  if (!sharded) {
+    impl->files.push_back(std::make_unique<SafetensorsFile>(single));
+  } else {
+    if (!std::filesystem::exists(index_path))
+      throw Error(fmt::format("{}: no weights: neither model.safetensors nor model.safetensors.index.json exists",
+                              model_dir.string()));
+    std::ifstream in(index_path, std::ios::binary);
+    if (!in) throw Error(fmt::format("{}: cannot open file", index_path.string()));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    nlohmann::json index;
+    try {
+      index = nlohmann::json::parse(ss.str());
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(fmt::format("{}: malformed JSON: {}", index_path.string(), e.what()));
+    }
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+      throw Error(fmt::format("{}: missing 'weight_map' object", index_path.string()));
+    for (const auto& [name, file] : index["weight_map"].items()) {
+      if (!file.is_string())
+        throw Error(fmt::format("{}: weight_map['{}']={} is not a file name", index_path.string(), name, file.dump()));
+      weight_map.emplace(name, file.get<std::string>());
+    }
+  }
+  std::map<std::string, SafetensorsFile*, std::less<>> shard_by_name;
+
+  // The file that holds `hf_name` (opening its shard on first use).
+  auto file_for = [&](const WeightSource& w) -> const SafetensorsFile& {
+    if (!sharded) return *impl->files.front();
+    auto it = weight_map.find(w.hf_name);
+    if (it == weight_map.end())
+      throw Error(fmt::format("{}: missing tensor '{}' (for {}, expected shape {}): not in weight_map",
+                              index_path.string(), w.hf_name, w.canonical, shape_str(w.hf_shape)));
+    auto open = shard_by_name.find(it->second);
+    if (open != shard_by_name.end()) return *open->second;
+    const std::filesystem::path shard_path = model_dir / it->second;
+    if (!std::filesystem::exists(shard_path))
+      throw Error(fmt::format("{}: shard '{}' (holding tensor '{}') not found at {}", index_path.string(), it->second,
+                              w.hf_name, shard_path.string()));
+    impl->files.push_back(std::make_unique<SafetensorsFile>(shard_path));
+    shard_by_name.emplace(it->second, impl->files.back().get());
+    return *impl->files.back();
+  };
+
+  const std::vector<WeightSource> expected = expected_weights(cfg);
+  impl->entries.reserve(expected.size());
+  for (const WeightSource& w : expected) {
+    const SafetensorsFile& file = file_for(w);
+    const std::string fname = file.path().string();
+    const TensorInfo* info = file.find(w.hf_name);
+    if (info == nullptr)
+      throw Error(fmt::format("{}: missing tensor '{}' (for {}, expected shape {})", fname, w.hf_name, w.canonical,
+                              shape_str(w.hf_shape)));
+    if (!is_weight_dtype(info->dtype))
+      throw Error(fmt::format("{}: tensor '{}' has dtype {}; weights must be F32, BF16 or F16", fname, w.hf_name,
+                              dtype_name(info->dtype)));
+    if (info->shape != w.hf_shape)
+      throw Error(fmt::format("{}: tensor '{}' has shape {}, expected {} (for {})", fname, w.hf_name,
+                              shape_str(info->shape), shape_str(w.hf_shape), w.canonical));
+
+    auto entry = std::make_unique<WeightEntry>();
+    entry->name = w.canonical;
+    entry->shape = w.shape;
+    const size_t item = dtype_size(info->dtype);
+    int64_t row_elems = 1;
+    for (size_t d = 1; d < w.shape.size(); ++d) row_elems *= w.shape[d];
+    int64_t numel = 1;
+    for (int64_t d : w.shape) numel *= d;
+    DLTensor& t = entry->tensor;
+    t.data = const_cast<std::byte*>(file.tensor_data(*info));  // read-only mapping; DLTensor has no const
+    t.device = {kDLCPU, 0};
+    t.ndim = static_cast<int32_t>(entry->shape.size());
+    t.dtype = dl_dtype(info->dtype);
+    t.shape = entry->shape.data();
+    t.strides = nullptr;
+    t.byte_offset = static_cast<uint64_t>(w.row_begin * row_elems) * item;
+    impl->bytes += static_cast<uint64_t>(numel) * item;
+    impl->entries.push_back(std::move(entry));
+  }
+  impl->named.reserve(impl->entries.size());
+  for (const auto& e : impl->entries) {
+    impl->named.push_back({e->name.c_str(), &e->tensor});
+    impl->by_name.emplace(e->name, &e->tensor);
+  }
+  spdlog::debug("{}: {} weights, {} bytes from {} file(s)", model_dir.string(), impl->named.size(), impl->bytes,
+                impl->files.size());
+  return LoadedModel(std::move(impl));
+}
+
+}  // namespace halo::model

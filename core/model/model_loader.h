@@ -1,0 +1,55 @@
+#pragma once
+// A Hugging Face model directory loaded for a device plugin: the config as a
+// halo_model_spec and every weight as a DLTensor under its canonical name,
+// pointing straight into the memory-mapped safetensors files (no copies).
+//
+//   auto model = halo::model::LoadedModel::load("models/pkgchat-5m");
+//   prepare_args.spec = &model.config().spec;
+//   prepare_args.weights = model.weights().data();
+//   prepare_args.num_weights = model.weights().size();
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <halo/device_abi.h>
+
+#include "model/hf_config.h"
+
+namespace halo::model {
+
+class LoadedModel {
+ public:
+  // Reads config.json (+ generation_config.json) and maps model.safetensors,
+  // or the shards model.safetensors.index.json names. Every expected tensor
+  // must exist with its exact shape and an F32/BF16/F16 dtype; extra tensors
+  // are ignored. Throws halo::Error naming the file and tensor.
+  static LoadedModel load(const std::filesystem::path& model_dir);
+
+  LoadedModel(LoadedModel&&) noexcept;
+  LoadedModel& operator=(LoadedModel&&) noexcept;
+  LoadedModel(const LoadedModel&) = delete;
+  LoadedModel& operator=(const LoadedModel&) = delete;
+  ~LoadedModel();
+
+  const ModelConfig& config() const;
+  // Canonical order (embed_tokens, layers.{i}.*, final_norm, lm_head). The
+  // names, DLTensors, shapes and data stay valid, at the same addresses, for
+  // as long as this object (or the one it is moved into) lives.
+  std::span<const halo_named_tensor> weights() const;
+  // The weight with this canonical name, or null.
+  const DLTensor* find(std::string_view canonical_name) const;
+  // Bytes of all canonical weights (slices of fused tensors counted once each).
+  uint64_t weight_bytes() const;
+  // The safetensors files mapped, in the order they were opened.
+  std::vector<std::filesystem::path> files() const;
+
+ private:
+  struct Impl;
+  explicit LoadedModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace halo::model
