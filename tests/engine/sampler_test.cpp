@@ -10,7 +10,7 @@ using namespace halo::engine;
 
 namespace {
 int32_t draw(Sampler& s, std::vector<float> logits, const SamplingParams& p, std::mt19937_64& rng) {
-  return s.sample(logits, p, {}, {}, rng).token;
+  return s.sample(logits, p, {}, {}, rng).sampled.token;
 }
 }  // namespace
 
@@ -21,9 +21,9 @@ TEST(Sampler, GreedyPicksArgmaxAndReportsItsLogprob) {
   std::mt19937_64 rng(1);
   std::vector<float> l = {0.1f, 2.0f, -1.0f, 1.5f};
   auto r = s.sample(l, p, {}, {}, rng);
-  EXPECT_EQ(r.token, 1);
+  EXPECT_EQ(r.sampled.token, 1);
   double z = std::exp(0.1) + std::exp(2.0) + std::exp(-1.0) + std::exp(1.5);
-  EXPECT_NEAR(r.logprob, 2.0 - std::log(z), 1e-5);
+  EXPECT_NEAR(r.sampled.logprob, 2.0 - std::log(z), 1e-5);
 }
 
 TEST(Sampler, SameSeedSameTokens) {
@@ -89,7 +89,7 @@ TEST(Sampler, RepetitionPenaltyDemotesSeenTokens) {
   std::mt19937_64 rng(1);
   std::vector<float> l = {1.0f, 1.5f};
   std::vector<int32_t> prompt = {1};
-  EXPECT_EQ(s.sample(l, p, prompt, {}, rng).token, 0);  // 1.5/2 < 1.0
+  EXPECT_EQ(s.sample(l, p, prompt, {}, rng).sampled.token, 0);  // 1.5/2 < 1.0
 }
 
 TEST(Sampler, FrequencyPenaltyCountsOutputTokens) {
@@ -100,10 +100,10 @@ TEST(Sampler, FrequencyPenaltyCountsOutputTokens) {
   std::mt19937_64 rng(1);
   std::vector<float> l = {1.0f, 1.5f};
   std::vector<int32_t> out = {1, 1};
-  EXPECT_EQ(s.sample(l, p, {}, out, rng).token, 0);  // 1.5 - 0.6 < 1.0
+  EXPECT_EQ(s.sample(l, p, {}, out, rng).sampled.token, 0);  // 1.5 - 0.6 < 1.0
   std::vector<float> l2 = {1.0f, 1.5f};
   std::vector<int32_t> once = {1};
-  EXPECT_EQ(s.sample(l2, p, {}, once, rng).token, 1);  // 1.2 > 1.0
+  EXPECT_EQ(s.sample(l2, p, {}, once, rng).sampled.token, 1);  // 1.2 > 1.0
 }
 
 TEST(SamplingParams, RejectsOutOfRangeValuesNamingTheField) {
@@ -121,4 +121,17 @@ TEST(SamplingParams, RejectsOutOfRangeValuesNamingTheField) {
   SamplingParams r;
   r.max_tokens = 0;
   EXPECT_THROW(r.validate(), halo::Error);
+}
+
+TEST(Sampler, TopLogprobsAreTheMostLikelyInOrder) {
+  std::vector<float> l = {0.5f, 3.0f, 1.0f, 3.0f, -2.0f};
+  auto r = token_logprob(l, 2, 3);
+  ASSERT_EQ(r.top.size(), 3u);
+  EXPECT_EQ(r.top[0].first, 1);  // tie with 3: lower id first
+  EXPECT_EQ(r.top[1].first, 3);
+  EXPECT_EQ(r.top[2].first, 2);
+  double z = 0;
+  for (float v : l) z += std::exp(double(v));
+  EXPECT_NEAR(r.logprob, 1.0 - std::log(z), 1e-5);
+  EXPECT_NEAR(r.top[0].second, 3.0 - std::log(z), 1e-5);
 }
