@@ -104,7 +104,7 @@ class Generate(unittest.TestCase):
             [row] = generate_json("--config", path, "--max-tokens", "7")
             self.assertEqual(len(row["token_ids"]), 7)
             [row] = generate_json("--config", os.path.join(ARGS.source_dir, "configs", "cpu.yaml"),
-                                  "--prompt-ids", PROMPT_IDS, "--max-tokens", "3")
+                                  "--prompt-ids", PROMPT_IDS, "--max-tokens", "3", "--ignore-eos")
             self.assertEqual(len(row["token_ids"]), 3)
         finally:
             os.unlink(path)
