@@ -340,6 +340,7 @@ void AsyncEngine::loop() {
       if (cmd.add) handle_add(cmd.add);
       else handle_abort(cmd.abort_id);
     }
+    if (!cmds.empty()) refresh_gauges();  // an abort frees blocks before any step
     if (!engine_->has_unfinished()) continue;
     std::vector<RequestOutput> outs;
     try {
@@ -353,12 +354,10 @@ void AsyncEngine::loop() {
       fail_all(std::string("engine step failed: ") + e.what());
       continue;
     }
+    for (const auto& out : outs) process(out);
     auto st = engine_->stats();
     {
       std::lock_guard lk(metrics_mu_);
-      metrics_.num_running = st.num_running;
-      metrics_.num_waiting = st.num_waiting;
-      metrics_.kv_cache_usage = st.kv_cache_usage;
       metrics_.prompt_tokens = st.prompt_tokens;
       metrics_.generation_tokens = st.generation_tokens;
       metrics_.num_preemptions = st.num_preemptions;
@@ -366,10 +365,18 @@ void AsyncEngine::loop() {
       metrics_.prefix_cache_hits = st.prefix_cache_hits;
       if (st.last_step_tokens > 0) metrics_.iteration_tokens_total.observe(st.last_step_tokens);
     }
-    for (const auto& out : outs) process(out);
+    refresh_gauges();  // after process(): stop strings may have ended requests
     log_stats_if_due();
   }
   fail_all("the engine is shutting down");
+}
+
+void AsyncEngine::refresh_gauges() {
+  auto st = engine_->stats();
+  std::lock_guard lk(metrics_mu_);
+  metrics_.num_running = st.num_running;
+  metrics_.num_waiting = st.num_waiting;
+  metrics_.kv_cache_usage = st.kv_cache_usage;
 }
 
 EngineMetrics AsyncEngine::metrics() const {

@@ -128,6 +128,7 @@ class AsyncEngine {
   void finish_choice(Request& req, Choice& choice, StreamEvent ev);
   void fail_all(const std::string& message);
   void log_stats_if_due();
+  void refresh_gauges();
 
   std::unique_ptr<LLMEngine> engine_;
   text::Tokenizer tokenizer_;

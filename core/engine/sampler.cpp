@@ -98,7 +98,7 @@ SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p,
   }
 
   for (auto& v : logits) v /= p.temperature;
-  // Candidates sorted by logit, then cut by top-k, top-p and min-p.
+  // Candidates sorted by logit, then cut by min-p, top-k and top-p.
   order_.resize(vocab);
   std::iota(order_.begin(), order_.end(), 0);
   int k = (p.top_k > 0 && p.top_k < vocab) ? p.top_k : vocab;
@@ -116,19 +116,23 @@ SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p,
     probs_[i] = std::exp(logits[order_[i]] - mx);
     sum += probs_[i];
   }
+  // vLLM v1's order: min-p (relative to the most likely token), then top-k
+  // (already applied to order_), then top-p over what is left, renormalized.
   size_t keep = order_.size();
-  if (p.top_p < 1.0f) {
-    double cum = 0.0;
-    for (size_t i = 0; i < order_.size(); ++i) {
-      cum += probs_[i] / sum;
-      if (cum >= p.top_p) { keep = i + 1; break; }
-    }
-  }
   if (p.min_p > 0.0f) {
-    float threshold = p.min_p * probs_[0];  // relative to the most likely token
+    float threshold = p.min_p * probs_[0];
     size_t i = 1;
     while (i < keep && probs_[i] >= threshold) ++i;
     keep = i;
+  }
+  if (p.top_p < 1.0f) {
+    double mass = 0.0;
+    for (size_t i = 0; i < keep; ++i) mass += probs_[i];
+    double cum = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+      cum += probs_[i] / mass;
+      if (cum >= p.top_p) { keep = i + 1; break; }
+    }
   }
   double kept = 0.0;
   for (size_t i = 0; i < keep; ++i) kept += probs_[i];

@@ -135,3 +135,97 @@ TEST(Sampler, TopLogprobsAreTheMostLikelyInOrder) {
   EXPECT_NEAR(r.logprob, 1.0 - std::log(z), 1e-5);
   EXPECT_NEAR(r.top[0].second, 3.0 - std::log(z), 1e-5);
 }
+
+namespace {
+// Pearson's chi-squared statistic of observed counts against expected probabilities
+// (cells with p = 0 must never be drawn).
+double chi_squared(const std::vector<int>& counts, const std::vector<double>& p, int n, bool& impossible_drawn) {
+  double chi = 0;
+  impossible_drawn = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == 0) {
+      impossible_drawn |= counts[i] > 0;
+      continue;
+    }
+    double e = p[i] * n;
+    chi += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  return chi;
+}
+
+// The distribution each setting claims, computed independently of the sampler.
+std::vector<double> claimed(const std::vector<float>& logits, float temperature, int top_k, float top_p, float min_p) {
+  const size_t v = logits.size();
+  std::vector<double> p(v);
+  double z = 0;
+  for (size_t i = 0; i < v; ++i) z += std::exp(double(logits[i]) / temperature);
+  for (size_t i = 0; i < v; ++i) p[i] = std::exp(double(logits[i]) / temperature) / z;
+  std::vector<size_t> order(v);
+  for (size_t i = 0; i < v; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b]; });
+  // vLLM v1's order: min-p, top-k, then top-p over the renormalized rest.
+  std::vector<bool> keep(v, true);
+  double pmax = p[order[0]];
+  for (size_t i = 0; i < v; ++i)
+    if (p[i] < min_p * pmax) keep[i] = false;
+  if (top_k > 0)
+    for (size_t r = top_k; r < v; ++r) keep[order[r]] = false;
+  double mass = 0;
+  for (size_t i = 0; i < v; ++i) mass += keep[i] ? p[i] : 0;
+  double cum = 0;
+  bool reached = false;
+  for (size_t r = 0; r < v; ++r) {  // smallest prefix whose renormalized mass reaches top_p
+    if (!keep[order[r]]) continue;
+    if (reached) keep[order[r]] = false;
+    cum += p[order[r]] / mass;
+    if (cum >= top_p) reached = true;
+  }
+  double kept = 0;
+  for (size_t i = 0; i < v; ++i) kept += keep[i] ? p[i] : 0;
+  for (size_t i = 0; i < v; ++i) p[i] = keep[i] ? p[i] / kept : 0;
+  return p;
+}
+}  // namespace
+
+struct ChiCase {
+  const char* name;
+  float temperature;
+  int top_k;
+  float top_p;
+  float min_p;
+};
+
+class SamplerChiSquared : public ::testing::TestWithParam<ChiCase> {};
+
+TEST_P(SamplerChiSquared, DrawsFollowTheClaimedDistribution) {
+  const ChiCase c = GetParam();
+  const std::vector<float> logits = {1.2f, 0.3f, -0.5f, 2.0f, 0.9f, -1.5f, 0.0f, 1.6f, -0.2f, 0.6f};
+  auto p = claimed(logits, c.temperature, c.top_k, c.top_p, c.min_p);
+  Sampler s;
+  SamplingParams sp;
+  sp.temperature = c.temperature;
+  sp.top_k = c.top_k;
+  sp.top_p = c.top_p;
+  sp.min_p = c.min_p;
+  std::mt19937_64 rng(20261122);
+  const int n = 40000;
+  std::vector<int> counts(logits.size(), 0);
+  for (int i = 0; i < n; ++i) counts[draw(s, logits, sp, rng)]++;
+  bool impossible = false;
+  double chi = chi_squared(counts, p, n, impossible);
+  int dof = -1;
+  for (double q : p) dof += q > 0;
+  EXPECT_FALSE(impossible) << "a token outside the claimed support was drawn";
+  // 99.9th percentile of chi-squared for dof <= 9 is below 27.9.
+  EXPECT_LT(chi, 27.9) << "dof " << dof;
+}
+
+INSTANTIATE_TEST_SUITE_P(Settings, SamplerChiSquared,
+                         ::testing::Values(ChiCase{"plain", 1.0f, 0, 1.0f, 0.0f},
+                                           ChiCase{"hot", 1.7f, 0, 1.0f, 0.0f},
+                                           ChiCase{"cold", 0.5f, 0, 1.0f, 0.0f},
+                                           ChiCase{"top_k", 1.0f, 4, 1.0f, 0.0f},
+                                           ChiCase{"top_p", 1.0f, 0, 0.7f, 0.0f},
+                                           ChiCase{"min_p", 1.0f, 0, 1.0f, 0.25f},
+                                           ChiCase{"all", 0.8f, 6, 0.9f, 0.05f}),
+                         [](const auto& info) { return std::string(info.param.name); });

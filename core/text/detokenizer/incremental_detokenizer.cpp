@@ -4,6 +4,16 @@
 
 namespace halo::text {
 
+namespace {
+// Length of the common prefix of a and b, moved back to a UTF-8 character start.
+std::size_t common_prefix(const std::string& a, const std::string& b) {
+  std::size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  while (n > 0 && n < a.size() && (static_cast<unsigned char>(a[n]) & 0xC0) == 0x80) --n;
+  return n;
+}
+}  // namespace
+
 IncrementalDetokenizer::IncrementalDetokenizer(Tokenizer tokenizer, Options options,
                                                std::span<const int32_t> prompt_ids)
     : tok_(std::move(tokenizer)), opt_(options) {
@@ -20,12 +30,15 @@ IncrementalDetokenizer::IncrementalDetokenizer(Tokenizer tokenizer, Options opti
     if (stable == tok_.decode(head, skip, {.at_sequence_start = true, .stable_only = false})) {
       start_consumed_ = true;
       seg_.assign(prompt_ids.begin() + static_cast<std::ptrdiff_t>(k), prompt_ids.end());
-      seg_emitted_ = tok_.decode(seg_, skip, {.at_sequence_start = false, .stable_only = true}).size();
-      return;
+      break;
     }
   }
-  seg_.assign(prompt_ids.begin(), prompt_ids.end());
-  seg_emitted_ = tok_.decode(seg_, skip, {.at_sequence_start = true, .stable_only = true}).size();
+  if (seg_.empty()) seg_.assign(prompt_ids.begin(), prompt_ids.end());
+  // The prompt's own text, held back or not, is never emitted: generated text
+  // starts where the prompt's full decode ends.
+  prompt_tail_ = tok_.decode(seg_, skip, {.at_sequence_start = !start_consumed_, .stable_only = false});
+  seg_emitted_ = prompt_tail_.size();
+  prompt_pending_ = true;
 }
 
 std::string IncrementalDetokenizer::step(bool final) {
@@ -34,12 +47,21 @@ std::string IncrementalDetokenizer::step(bool final) {
   const Tokenizer::DecodeControl full_ctl{.at_sequence_start = !start_consumed_, .stable_only = false};
   std::string out = tok_.decode(seg_, skip, final ? full_ctl : stable_ctl);
   std::string delta;
-  if (out.size() > seg_emitted_) {
+  if (prompt_pending_) {
+    // Generated ids may complete a character the prompt left unfinished, so
+    // the text can diverge from the prompt's inside its tail.
+    const std::size_t base = common_prefix(out, prompt_tail_);
+    if (out.size() > base) {
+      delta = out.substr(base);
+      seg_emitted_ = out.size();
+      prompt_pending_ = false;
+    }
+  } else if (out.size() > seg_emitted_) {
     delta = out.substr(seg_emitted_);
     seg_emitted_ = out.size();
   }
   const bool closable = final || out == tok_.decode(seg_, skip, full_ctl);
-  if (closable && (start_consumed_ || !out.empty())) {
+  if (closable && (start_consumed_ || !out.empty()) && !prompt_pending_) {
     start_consumed_ = start_consumed_ || !out.empty();
     seg_.clear();
     seg_emitted_ = 0;

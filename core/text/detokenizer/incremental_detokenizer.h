@@ -6,8 +6,9 @@
 //    equals tokenizer.decode(all generated ids, skip_special_tokens);
 //  * with a prompt context (as vLLM does, so the SentencePiece leading-space
 //    rule applies mid-sequence), it equals the part of
-//    decode(prompt + generated) that follows the prompt's stable text,
-//    decode(prompt, skip_special_tokens, {.stable_only = true});
+//    decode(prompt + generated) after its common prefix with decode(prompt)
+//    (at a character boundary): the prompt's own text is never emitted, even
+//    a tail the prompt left undecided;
 //  * every delta is valid UTF-8: text that later ids could still change (an
 //    unfinished byte-fallback group, an incomplete UTF-8 sequence, text that
 //    clean_up_tokenization could still alter) is held back until decided;
@@ -58,6 +59,8 @@ class IncrementalDetokenizer {
   std::size_t seg_emitted_ = 0;  // bytes of the segment's text already returned
   bool start_consumed_ = false;  // start-of-text decoder rules already applied
   bool pending_space_ = false;   // spaces_between_special_tokens: space owed before the next text
+  std::string prompt_tail_;      // text of the prompt ids still in the segment
+  bool prompt_pending_ = false;  // nothing generated has been emitted yet
   std::string text_;
   std::size_t generated_ = 0;
 };

@@ -1,0 +1,290 @@
+// The engine's promises, on the real CPU plugin and the embedded model:
+// batch invariance, preemption under a tiny KV pool, abort, seeded sampling
+// independent of batch neighbours, and the async streaming API.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "engine/async_engine.h"
+
+namespace fs = std::filesystem;
+using namespace halo;
+using namespace halo::engine;
+
+namespace {
+
+const std::string kPluginPath = std::string(HALO_PLUGIN_DIR) + "/libhalo_plugin_cpu.so";
+
+std::shared_ptr<const model::LoadedModel> demo_model() {
+  static auto m = std::make_shared<const model::LoadedModel>(
+      model::LoadedModel::load(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m"));
+  return m;
+}
+
+EngineConfig config(int kv_tokens = 1 << 15) {
+  EngineConfig c;
+  c.device = kPluginPath;
+  c.max_model_len = 256;
+  c.max_num_seqs = 64;
+  c.max_kv_tokens = kv_tokens;
+  c.block_size = 16;
+  return c;
+}
+
+// Prompts of mixed lengths; every fourth shares a 40-token prefix with the
+// previous one so that prefix caching has something to find.
+std::vector<std::vector<int32_t>> random_prompts(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(7, 4095);
+  std::uniform_int_distribution<int> len(1, 90);
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p;
+    if (i % 4 == 3) p.assign(out.back().begin(), out.back().begin() + std::min<size_t>(40, out.back().size()));
+    int l = len(rng);
+    for (int k = 0; k < l; ++k) p.push_back(tok(rng));
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+SamplingParams greedy(int max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+// Runs every prompt in one engine, all submitted at once.
+std::vector<std::vector<int32_t>> run_together(LLMEngine& eng, const std::vector<std::vector<int32_t>>& prompts,
+                                               const std::vector<SamplingParams>& params) {
+  for (size_t i = 0; i < prompts.size(); ++i) eng.add_request(std::to_string(i), prompts[i], params[i]);
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  while (eng.has_unfinished())
+    for (auto& o : eng.step()) {
+      auto& v = out[std::stoul(o.request_id)];
+      v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> run_alone(const std::vector<std::vector<int32_t>>& prompts,
+                                            const std::vector<SamplingParams>& params) {
+  LLMEngine eng(config(), demo_model());
+  std::vector<std::vector<int32_t>> out;
+  for (size_t i = 0; i < prompts.size(); ++i) out.push_back(run_together(eng, {prompts[i]}, {params[i]})[0]);
+  return out;
+}
+
+}  // namespace
+
+struct Mode {
+  const char* name;
+  bool chunked;
+  bool prefix_caching;
+  int max_batched_tokens;
+};
+
+class BatchInvariance : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(BatchInvariance, GreedyIdsAreTheSameAloneOrTogether) {
+  const Mode m = GetParam();
+  auto prompts = random_prompts(64, 7);
+  std::vector<SamplingParams> params(prompts.size(), greedy(8));
+  static const auto alone = run_alone(prompts, params);  // shared by every mode
+  EngineConfig c = config();
+  c.enable_chunked_prefill = m.chunked;
+  c.enable_prefix_caching = m.prefix_caching;
+  c.max_num_batched_tokens = m.max_batched_tokens;
+  LLMEngine eng(c, demo_model());
+  auto together = run_together(eng, prompts, params);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i], alone[i]) << "prompt " << i;
+  // A second pass over the same prompts hits the cache for most of them.
+  if (m.prefix_caching) {
+    EXPECT_GT(eng.stats().prefix_cache_hits, 0u);
+    auto again = run_together(eng, prompts, params);
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(again[i], alone[i]) << "cached prompt " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, BatchInvariance,
+                         ::testing::Values(Mode{"chunked", true, false, 64}, Mode{"whole_prompts", false, false, 256},
+                                           Mode{"chunked_prefix_cache", true, true, 64},
+                                           Mode{"whole_prompts_prefix_cache", false, true, 256}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(EngineStress, FiveHundredRequestsOnATinyPoolAllFinishCorrectlyAndLeakNothing) {
+  auto prompts = random_prompts(500, 11);
+  std::mt19937_64 rng(3);
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    params.push_back(greedy(std::uniform_int_distribution<int>(1, 24)(rng)));
+  EngineConfig c = config(48 * 16);  // 48 blocks for 500 requests
+  c.max_model_len = 160;  // longest prompt 130 + 24 tokens: no request is cut short
+  LLMEngine eng(c, demo_model());
+  ASSERT_EQ(eng.num_kv_blocks(), 48);
+  auto out = run_together(eng, prompts, params);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    ASSERT_EQ(static_cast<int>(out[i].size()), params[i].max_tokens) << "request " << i;
+  EXPECT_GT(eng.stats().num_preemptions, 0u) << "the pool was meant to be too small";
+  EXPECT_EQ(eng.stats().kv_cache_usage, 0.0f) << "blocks leaked";
+  // Correct, not just complete: a sample checked against runs alone.
+  std::vector<std::vector<int32_t>> sample_prompts;
+  std::vector<SamplingParams> sample_params;
+  for (size_t i = 0; i < prompts.size(); i += 25) {
+    sample_prompts.push_back(prompts[i]);
+    sample_params.push_back(params[i]);
+  }
+  auto alone = run_alone(sample_prompts, sample_params);
+  for (size_t k = 0; k < alone.size(); ++k) EXPECT_EQ(out[k * 25], alone[k]) << "request " << k * 25;
+}
+
+TEST(EngineAbort, AbortingHalfFreesTheirBlocksAndLeavesTheOthersUnchanged) {
+  auto prompts = random_prompts(16, 5);
+  std::vector<SamplingParams> params(prompts.size(), greedy(20));
+  auto alone = run_alone(prompts, params);
+  LLMEngine eng(config(), demo_model());
+  for (size_t i = 0; i < prompts.size(); ++i) eng.add_request(std::to_string(i), prompts[i], params[i]);
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  for (int s = 0; s < 5; ++s)
+    for (auto& o : eng.step()) {
+      auto& v = out[std::stoul(o.request_id)];
+      v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    }
+  float before = eng.stats().kv_cache_usage;
+  for (size_t i = 0; i < prompts.size(); i += 2) EXPECT_TRUE(eng.abort_request(std::to_string(i)));
+  EXPECT_LT(eng.stats().kv_cache_usage, before) << "aborted blocks were not freed at once";
+  while (eng.has_unfinished())
+    for (auto& o : eng.step()) {
+      ASSERT_NE(std::stoul(o.request_id) % 2, 0u) << "an aborted request produced output";
+      auto& v = out[std::stoul(o.request_id)];
+      v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    }
+  for (size_t i = 1; i < prompts.size(); i += 2) EXPECT_EQ(out[i], alone[i]) << "request " << i;
+  EXPECT_EQ(eng.stats().kv_cache_usage, 0.0f);
+}
+
+TEST(EngineSampling, SeededRequestIsIndependentOfItsBatchNeighbours) {
+  auto prompts = random_prompts(12, 9);
+  SamplingParams seeded;
+  seeded.temperature = 1.0f;
+  seeded.top_p = 0.95f;
+  seeded.seed = 4242;
+  seeded.max_tokens = 24;
+  seeded.ignore_eos = true;
+  auto alone = run_alone({prompts[0]}, {seeded})[0];
+  std::vector<SamplingParams> params(prompts.size(), seeded);
+  for (size_t i = 1; i < params.size(); ++i) params[i].seed = 1000 + i;  // other seeds around it
+  LLMEngine eng(config(), demo_model());
+  auto together = run_together(eng, prompts, params);
+  EXPECT_EQ(together[0], alone);
+}
+
+TEST(AsyncEngine, StreamsTextThatEqualsTheFinalDecodeAndHonoursStopStrings) {
+  auto tok = text::Tokenizer::from_model_dir(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m");
+  AsyncEngine eng(config(), demo_model(), tok);
+  auto prompt = tok.encode("<s><|user|>\nWhat is curl?<|end|>\n<|assistant|>\n", false);
+  RequestOptions o;
+  o.sampling = greedy(60);
+  o.sampling.ignore_eos = false;
+  auto stream = eng.add_request("a", prompt, o);
+  std::string text;
+  std::vector<int32_t> ids;
+  StreamEvent ev;
+  int events = 0;
+  while (stream->next(ev) == RequestStream::Poll::kEvent) {
+    ++events;
+    text += ev.text;
+    ids.insert(ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+  }
+  ASSERT_GT(ids.size(), 3u);
+  EXPECT_GT(events, 3);
+  // Streamed text continues the prompt's text: decode(prompt + ids) past decode(prompt).
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), ids.begin(), ids.end());
+  std::string whole = tok.decode(all, true), head = tok.decode(prompt, true);
+  ASSERT_EQ(whole.compare(0, head.size(), head), 0);
+  EXPECT_EQ(text, whole.substr(head.size()));
+
+  // A stop string taken from the middle of that answer cuts it there.
+  std::string stop = text.substr(text.size() / 2, 6);
+  RequestOptions s = o;
+  s.stop = {stop};
+  auto r = eng.generate({{prompt, s}});
+  ASSERT_EQ(r.size(), 1u);
+  const auto& c = r[0].choices.at(0);
+  EXPECT_EQ(c.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(c.stop_reason, stop);
+  EXPECT_EQ(c.text, text.substr(0, text.find(stop)));
+}
+
+TEST(AsyncEngine, NAndBestOfReturnNChoicesAndAbortEndsAStream) {
+  auto tok = text::Tokenizer::from_model_dir(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m");
+  AsyncEngine eng(config(), demo_model(), tok);
+  auto prompt = tok.encode("The package", true);
+  RequestOptions o;
+  o.sampling.temperature = 1.0f;
+  o.sampling.seed = 1;
+  o.sampling.max_tokens = 12;
+  o.sampling.ignore_eos = true;
+  o.n = 3;
+  auto r = eng.generate({{prompt, o}});
+  ASSERT_EQ(r[0].choices.size(), 3u);
+  std::set<std::vector<int32_t>> distinct;
+  for (auto& c : r[0].choices) {
+    EXPECT_EQ(c.token_ids.size(), 12u);
+    distinct.insert(c.token_ids);
+  }
+  EXPECT_GT(distinct.size(), 1u) << "n choices should differ";
+
+  o.n = 2;
+  o.best_of = 4;
+  o.sampling.logprobs = 0;
+  r = eng.generate({{prompt, o}});
+  ASSERT_EQ(r[0].choices.size(), 2u);
+  auto sum = [](const ChoiceResult& c) {
+    double s = 0;
+    for (auto& l : c.logprobs) s += l.logprob;
+    return s;
+  };
+  EXPECT_GE(sum(r[0].choices[0]), sum(r[0].choices[1])) << "best_of keeps the most likely first";
+
+  RequestOptions longrun = o;
+  longrun.n = 1;
+  longrun.best_of = 0;
+  longrun.sampling.max_tokens = 200;
+  auto stream = eng.add_request("long", prompt, longrun);
+  StreamEvent ev;
+  ASSERT_EQ(stream->next(ev), RequestStream::Poll::kEvent);
+  eng.abort("long");
+  FinishReason last = FinishReason::kNone;
+  int tokens = 1;
+  while (stream->next(ev, std::chrono::seconds(10)) == RequestStream::Poll::kEvent) {
+    tokens += ev.token_ids.size();
+    if (ev.finished) last = ev.finish_reason;
+  }
+  EXPECT_EQ(last, FinishReason::kAbort);
+  EXPECT_LT(tokens, 200);
+  for (int i = 0; i < 100 && eng.metrics().kv_cache_usage > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(eng.metrics().num_running, 0u);
+}
+
+TEST(AsyncEngine, InvalidRequestIsRefusedBeforeAnyStreamExists) {
+  auto tok = text::Tokenizer::from_model_dir(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m");
+  AsyncEngine eng(config(), demo_model(), tok);
+  RequestOptions o;
+  EXPECT_THROW(eng.add_request("x", {}, o), Error);
+  EXPECT_THROW(eng.add_request("x", std::vector<int32_t>(300, 5), o), Error);  // over max_model_len
+  o.sampling.temperature = -1;
+  EXPECT_THROW(eng.add_request("x", {1, 2}, o), Error);
+  RequestOptions bad_n;
+  bad_n.n = 3;
+  bad_n.best_of = 2;
+  EXPECT_THROW(eng.add_request("x", {1, 2}, bad_n), Error);
+}
