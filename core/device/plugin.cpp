@@ -44,7 +44,7 @@ std::string capability_names(uint32_t caps) {
       {HALO_CAP_BUFFERS, "buffers"}};
   std::string out;
   for (auto [bit, name] : kNames) {
-    if (caps & bit) out += (out.empty() ? "" : ",") + std::string(name);
+    if (caps & bit) out.append(out.empty() ? "" : ",").append(name);
   }
   return out;
 }
@@ -62,10 +62,10 @@ fs::path resolve_plugin(const std::string& name_or_path) {
   for (const auto& dir : plugin_search_path()) {
     std::error_code ec;
     if (fs::exists(dir / file, ec)) return fs::weakly_canonical(dir / file, ec);
-    searched += (searched.empty() ? "" : ", ") + dir.lexically_normal().string();
+    searched.append(searched.empty() ? "" : ", ").append(dir.lexically_normal().string());
   }
   std::string known;
-  for (const auto& f : find_plugin_files()) known += (known.empty() ? "" : ", ") + f.name;
+  for (const auto& f : find_plugin_files()) known.append(known.empty() ? "" : ", ").append(f.name);
   throw Error(fmt::format("no plugin for device '{}': {} not found in [{}] (set HALO_PLUGIN_PATH); "
                           "plugins found: {}",
                           name_or_path, file, searched, known.empty() ? "none" : known));

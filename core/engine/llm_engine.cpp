@@ -29,25 +29,36 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   if (config_.threads > 0) options.emplace_back("threads", std::to_string(config_.threads));
   device_ = std::make_shared<device::Device>(plugin_, config_.device_index, options);
 
-  // Propose limits; the plugin answers with what it will honour.
-  int max_model_len = config_.max_model_len > 0 ? config_.max_model_len : mc.max_position_embeddings;
-  if (max_model_len <= 0) max_model_len = 2048;
-  if (mc.max_position_embeddings > 0 && max_model_len > mc.max_position_embeddings) {
+  // Propose limits (0 = the device's choice); the plugin answers with what it
+  // will honour. A static-shape device answers with its compiled limits.
+  if (config_.max_model_len > 0 && mc.max_position_embeddings > 0 &&
+      config_.max_model_len > mc.max_position_embeddings) {
     throw Error(fmt::format("--max-model-len={} exceeds the model's max_position_embeddings={}",
-                            max_model_len, mc.max_position_embeddings));
+                            config_.max_model_len, mc.max_position_embeddings));
   }
   limits_.struct_size = sizeof(limits_);
   limits_.max_num_seqs = config_.max_num_seqs;
-  limits_.max_model_len = max_model_len;
-  limits_.max_num_batched_tokens =
-      config_.max_num_batched_tokens > 0 ? config_.max_num_batched_tokens : std::max(2048, max_model_len);
+  limits_.max_model_len = config_.max_model_len;
+  limits_.max_num_batched_tokens = config_.max_num_batched_tokens;
   limits_.block_size = config_.block_size;
   std::vector<halo_named_tensor> weights(model_->weights().begin(), model_->weights().end());
   executable_ = std::make_shared<device::Executable>(device_, spec, weights, limits_, options);
   limits_ = executable_->limits();
-  if (config_.block_size > 0 && limits_.block_size != config_.block_size) {
-    spdlog::warn("--block-size={} replaced by the device's required block size {}", config_.block_size,
-                 limits_.block_size);
+  // A flag the device cannot honour is an error naming both values, never a silent change.
+  auto agree = [&](const char* flag, int asked, int agreed) {
+    if (asked > 0 && asked != agreed)
+      throw Error(fmt::format("{}={} contradicts the device: plugin '{}' runs this model with {}={}", flag, asked,
+                              plugin_->name(), flag + 2, agreed));
+  };
+  agree("--max-num-seqs", config_.max_num_seqs, limits_.max_num_seqs);
+  agree("--max-model-len", config_.max_model_len, limits_.max_model_len);
+  agree("--max-num-batched-tokens", config_.max_num_batched_tokens, limits_.max_num_batched_tokens);
+  agree("--block-size", config_.block_size, limits_.block_size);
+  if (limits_.max_num_seqs <= 0 || limits_.max_model_len <= 0 || limits_.max_num_batched_tokens <= 0 ||
+      limits_.block_size <= 0) {
+    throw Error(fmt::format("plugin '{}' returned incomplete limits: max_num_seqs={} max_model_len={} "
+                            "max_num_batched_tokens={} block_size={}", plugin_->name(), limits_.max_num_seqs,
+                            limits_.max_model_len, limits_.max_num_batched_tokens, limits_.block_size));
   }
   if (!config_.enable_chunked_prefill && limits_.max_num_batched_tokens < limits_.max_model_len) {
     throw Error(fmt::format("without chunked prefill --max-num-batched-tokens={} must be at least "

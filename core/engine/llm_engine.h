@@ -18,14 +18,15 @@
 
 namespace halo::engine {
 
-// Engine flags, named as vLLM names them. 0 means "choose for me".
+// Engine flags, named as vLLM names them. 0 means "the device's choice"; a
+// value set explicitly that the device cannot honour is an error.
 struct EngineConfig {
   std::string device = "cpu";
   int device_index = 0;
-  int max_num_seqs = 256;
-  int max_model_len = 0;            // 0: the model's max_position_embeddings
-  int max_num_batched_tokens = 0;   // 0: max(2048, max_model_len)
-  int block_size = 0;               // 0: the device's choice (16 on the CPU)
+  int max_num_seqs = 0;             // CPU: 256
+  int max_model_len = 0;            // CPU: the model's max_position_embeddings
+  int max_num_batched_tokens = 0;   // CPU: max(2048, max_model_len)
+  int block_size = 0;               // CPU: 16
   uint64_t kv_cache_memory = 0;     // bytes for KV; wins over the fraction
   float device_memory_utilization = 0.9f;
   int64_t max_kv_tokens = 0;        // like TensorRT-LLM's max_tokens_in_paged_kv_cache

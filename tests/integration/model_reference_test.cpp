@@ -53,8 +53,7 @@ class ModelReference : public ::testing::TestWithParam<Case> {
 };
 
 nlohmann::json reference(const fs::path& dir) {
-  std::string ids;
-  for (int32_t t : kPrompt) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  std::string ids = fmt::format("{}", fmt::join(kPrompt, ","));
   fs::path out = dir.parent_path() / fmt::format("halo-ref-out-{}.json", getpid());
   int rc = run(fmt::format("{} {}/tests/reference/forward.py {} --prompt-ids {} --steps 16 > {}", HALO_PYTHON,
                            HALO_SOURCE_DIR, dir.string(), ids, out.string()));

@@ -37,7 +37,7 @@ void add_devices_command(CLI::App& app) {
       return;
     }
     std::string dirs;
-    for (const auto& d : device::plugin_search_path()) dirs += (dirs.empty() ? "" : ":") + d.lexically_normal().string();
+    for (const auto& d : device::plugin_search_path()) dirs.append(dirs.empty() ? "" : ":").append(d.lexically_normal().string());
     fmt::print("plugin search path: {}\n", dirs);
     auto files = device::find_plugin_files();
     if (files.empty()) fmt::print("no plugins found\n");

@@ -19,12 +19,14 @@ void add_engine_options(CLI::App& cmd, engine::EngineConfig& c) {
   cmd.add_option("--device", c.device, "Device plugin: a name (cpu, rbln, cuda) or a plugin .so path")
       ->capture_default_str();
   cmd.add_option("--device-index", c.device_index, "Which device of the plugin")->capture_default_str();
-  cmd.add_option("--max-num-seqs", c.max_num_seqs, "Most sequences in one step")->capture_default_str();
+  // 0 = the device's choice; an explicit value the device cannot honour is an error.
+  cmd.add_option("--max-num-seqs", c.max_num_seqs, "Most sequences in one step (default: device's; CPU 256)");
   cmd.add_option("--max-model-len", c.max_model_len,
-                 "Most tokens per sequence, prompt plus output (0: the model's max_position_embeddings)");
+                 "Most tokens per sequence, prompt plus output (default: device's; CPU: the model's "
+                 "max_position_embeddings)");
   cmd.add_option("--max-num-batched-tokens", c.max_num_batched_tokens,
-                 "Most tokens in one step (0: max(2048, max-model-len))");
-  cmd.add_option("--block-size", c.block_size, "Tokens per KV block (0: the device's choice)");
+                 "Most tokens in one step (default: device's; CPU max(2048, max-model-len))");
+  cmd.add_option("--block-size", c.block_size, "Tokens per KV block (default: device's; CPU 16)");
   cmd.add_option("--kv-cache-memory", c.kv_cache_memory, "Bytes for the KV cache (wins over the fraction)");
   cmd.add_option("--device-memory-utilization,--gpu-memory-utilization", c.device_memory_utilization,
                  "Fraction of the device memory left after weights to give the KV cache")

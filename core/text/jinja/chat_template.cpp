@@ -99,7 +99,7 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const std::filesystem::path& pa
     for (const auto& entry : tpl) {
       if (!entry.is_object() || !entry.contains("name") || !entry.contains("template")) continue;
       if (entry["name"] == "default" && entry["template"].is_string()) return ChatTemplate(entry["template"].get<std::string>());
-      names += (names.empty() ? "" : ", ") + entry["name"].dump();
+      names.append(names.empty() ? "" : ", ").append(entry["name"].dump());
     }
     throw halo::Error(path.string() + ": chat_template has no \"default\" entry (named templates: " + names + ")");
   }
