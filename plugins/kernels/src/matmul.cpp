@@ -16,6 +16,8 @@ void matmul_nt(ThreadPool& pool, const float* x, size_t M, size_t K, const void*
   const detail::SimdTable& simd = detail::simd();
   const detail::RowsFn direct =
       wt == DType::F32 ? simd.rows_f32 : (wt == DType::BF16 ? simd.rows_bf16 : simd.rows_f16);
+  const detail::TileFn direct_tile =
+      wt == DType::F32 ? simd.tile_f32 : (wt == DType::BF16 ? simd.tile_bf16 : simd.tile_f16);
   const size_t esize = dtype_size(wt);
   const size_t n_tiles = (N + kRowsPerTile - 1) / kRowsPerTile;
   const size_t m_blocks = (M + kXRowsPerBlock - 1) / kXRowsPerBlock;
@@ -34,16 +36,31 @@ void matmul_nt(ThreadPool& pool, const float* x, size_t M, size_t K, const void*
     const size_t m1 = std::min(M, m0 + kXRowsPerBlock);
     const void* tile = wbytes + n0 * K * esize;
     detail::RowsFn rows = direct;
+    detail::TileFn tile4 = direct_tile;
     size_t tile_esize = esize;
     if (convert_tile) {
       float* buf = pool.scratch(worker, 0, (n1 - n0) * K);
       to_f32(tile, wt, buf, (n1 - n0) * K);
       tile = buf;
       rows = simd.rows_f32;
+      tile4 = simd.tile_f32;
       tile_esize = sizeof(float);
     }
+    // 4 activation rows x 4 weight rows per register tile: each weight vector
+    // loaded feeds four FMAs. Leftover rows go one at a time.
+    float out4[16];
+    size_t m = m0;
+    for (; m + 4 <= m1; m += 4) {
+      for (size_t n = n0; n < n1; n += 4) {
+        const int nr = static_cast<int>(std::min<size_t>(4, n1 - n));
+        tile4(x + m * K, K, static_cast<const char*>(tile) + (n - n0) * K * tile_esize, K, nr, out4, 4);
+        for (int i = 0; i < 4; ++i)
+          for (int r = 0; r < nr; ++r)
+            y[(m + i) * N + n + r] = bias ? out4[i * 4 + r] + bias[n + r] : out4[i * 4 + r];
+      }
+    }
     float out[4];
-    for (size_t m = m0; m < m1; ++m) {
+    for (; m < m1; ++m) {
       const float* xr = x + m * K;
       float* yr = y + m * N;
       for (size_t n = n0; n < n1; n += 4) {

@@ -77,8 +77,15 @@ void f16_generic(const uint16_t* s, float* d, size_t n) {
   for (size_t i = 0; i < n; ++i) d[i] = f16_to_f32(s[i]);
 }
 
-constexpr SimdTable kGeneric{"generic", rows_generic<0>, rows_generic<1>, rows_generic<2>,
-                             dot_generic, axpy_generic, bf16_generic, f16_generic};
+// A 4-row tile is four independent row computations (same arithmetic).
+template <int Kind>
+void tile_generic(const float* x, size_t ldx, const void* w, size_t K, int nrows, float* out, size_t ldo) {
+  for (int i = 0; i < 4; ++i) rows_generic<Kind>(x + i * ldx, w, K, nrows, out + i * ldo);
+}
+
+constexpr SimdTable kGeneric{"generic",       rows_generic<0>, rows_generic<1>, rows_generic<2>,
+                             tile_generic<0>, tile_generic<1>, tile_generic<2>, dot_generic,
+                             axpy_generic,    bf16_generic,    f16_generic};
 
 // ------------------------------------------------------------------ AVX-512
 #ifdef HALO_HAVE_AVX512_PATH
@@ -110,36 +117,53 @@ HALO_AVX512 inline __m512 loadw_mask(const void* p, __mmask16 m) {
   }
 }
 
-template <int Kind, int R>
-HALO_AVX512 void rows_avx512_n(const float* x, const void* w, size_t K, float* out) {
+// One accumulator per output element, 16 lanes at a time, the tail masked,
+// then one horizontal sum: the same arithmetic for every element whether it is
+// computed alone (rows) or in a 4 x R register tile (tile), so results do not
+// depend on how many activation rows a step has (batch invariance).
+template <int Kind, int MR, int R>
+HALO_AVX512 void tile_avx512_n(const float* x, size_t ldx, const void* w, size_t K, float* out, size_t ldo) {
   using WT = std::conditional_t<Kind == 0, float, uint16_t>;
   const WT* wp = static_cast<const WT*>(w);
-  __m512 a0[R];
-  __m512 a1[R];
-  for (int r = 0; r < R; ++r) {
-    a0[r] = _mm512_setzero_ps();
-    a1[r] = _mm512_setzero_ps();
-  }
+  __m512 acc[MR][R];
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
   size_t k = 0;
-  for (; k + 32 <= K; k += 32) {
-    const __m512 x0 = _mm512_loadu_ps(x + k);
-    const __m512 x1 = _mm512_loadu_ps(x + k + 16);
-    for (int r = 0; r < R; ++r) {
-      a0[r] = _mm512_fmadd_ps(x0, loadw<Kind>(wp + r * K + k), a0[r]);
-      a1[r] = _mm512_fmadd_ps(x1, loadw<Kind>(wp + r * K + k + 16), a1[r]);
-    }
-  }
   for (; k + 16 <= K; k += 16) {
-    const __m512 x0 = _mm512_loadu_ps(x + k);
-    for (int r = 0; r < R; ++r) a0[r] = _mm512_fmadd_ps(x0, loadw<Kind>(wp + r * K + k), a0[r]);
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = loadw<Kind>(wp + r * K + k);
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xv = _mm512_loadu_ps(x + i * ldx + k);
+      for (int r = 0; r < R; ++r) acc[i][r] = _mm512_fmadd_ps(xv, wv[r], acc[i][r]);
+    }
   }
   if (k < K) {
     const __mmask16 m = static_cast<__mmask16>((1u << (K - k)) - 1u);
-    const __m512 x0 = _mm512_maskz_loadu_ps(m, x + k);
-    for (int r = 0; r < R; ++r)
-      a1[r] = _mm512_fmadd_ps(x0, loadw_mask<Kind>(wp + r * K + k, m), a1[r]);
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = loadw_mask<Kind>(wp + r * K + k, m);
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + i * ldx + k);
+      for (int r = 0; r < R; ++r) acc[i][r] = _mm512_fmadd_ps(xv, wv[r], acc[i][r]);
+    }
   }
-  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(a0[r], a1[r]));
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < R; ++r) out[i * ldo + r] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
+template <int Kind, int R>
+HALO_AVX512 void rows_avx512_n(const float* x, const void* w, size_t K, float* out) {
+  tile_avx512_n<Kind, 1, R>(x, 0, w, K, out, 0);
+}
+
+template <int Kind>
+HALO_AVX512 void tile_avx512(const float* x, size_t ldx, const void* w, size_t K, int nrows, float* out,
+                             size_t ldo) {
+  switch (nrows) {
+    case 1: tile_avx512_n<Kind, 4, 1>(x, ldx, w, K, out, ldo); return;
+    case 2: tile_avx512_n<Kind, 4, 2>(x, ldx, w, K, out, ldo); return;
+    case 3: tile_avx512_n<Kind, 4, 3>(x, ldx, w, K, out, ldo); return;
+    default: tile_avx512_n<Kind, 4, 4>(x, ldx, w, K, out, ldo); return;
+  }
 }
 
 template <int Kind>
@@ -191,8 +215,9 @@ HALO_AVX512 void convert_avx512(const uint16_t* s, float* d, size_t n) {
   }
 }
 
-constexpr SimdTable kAvx512{"avx512", rows_avx512<0>, rows_avx512<1>, rows_avx512<2>,
-                            dot_avx512, axpy_avx512, convert_avx512<1>, convert_avx512<2>};
+constexpr SimdTable kAvx512{"avx512",          rows_avx512<0>,   rows_avx512<1>,    rows_avx512<2>,
+                            tile_avx512<0>,    tile_avx512<1>,   tile_avx512<2>,    dot_avx512,
+                            axpy_avx512,       convert_avx512<1>, convert_avx512<2>};
 
 bool cpu_has_avx512() {
   __builtin_cpu_init();
