@@ -316,15 +316,21 @@ void AsyncEngine::log_stats_if_due() {
   if (secs < 5.0) return;
   auto st = engine_->stats();
   uint64_t dp = st.prompt_tokens - logged_prompt_, dg = st.generation_tokens - logged_generation_;
+  uint64_t dsteps = st.steps - logged_steps_, dseqs = st.batched_seqs - logged_seqs_;
+  double dsec = st.step_seconds - logged_step_seconds_;
   last_log_ = now;
   logged_prompt_ = st.prompt_tokens;
   logged_generation_ = st.generation_tokens;
+  logged_steps_ = st.steps;
+  logged_seqs_ = st.batched_seqs;
+  logged_step_seconds_ = st.step_seconds;
   if (dp == 0 && dg == 0 && st.num_running == 0 && st.num_waiting == 0) return;
   double hit = st.prefix_cache_queries ? 100.0 * st.prefix_cache_hits / st.prefix_cache_queries : 0.0;
   spdlog::info("prompt throughput: {:.1f} tok/s, generation throughput: {:.1f} tok/s, running: {}, waiting: {}, "
-               "KV cache usage: {:.1f}%, preemptions: {}, prefix cache hit rate: {:.1f}%",
+               "KV cache usage: {:.1f}%, preemptions: {}, prefix cache hit rate: {:.1f}%, steps: {} "
+               "(avg {:.2f} ms, avg batch {:.1f} seqs)",
                dp / secs, dg / secs, st.num_running, st.num_waiting, 100.0 * st.kv_cache_usage, st.num_preemptions,
-               hit);
+               hit, dsteps, dsteps ? 1000.0 * dsec / dsteps : 0.0, dsteps ? double(dseqs) / dsteps : 0.0);
 }
 
 void AsyncEngine::loop() {

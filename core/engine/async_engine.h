@@ -140,7 +140,8 @@ class AsyncEngine {
   std::unordered_map<std::string, std::shared_ptr<Request>> requests_;       // by request id
   std::unordered_map<std::string, std::pair<std::shared_ptr<Request>, int>> by_seq_;  // seq id -> (request, choice)
   std::chrono::steady_clock::time_point last_log_;
-  uint64_t logged_prompt_ = 0, logged_generation_ = 0;
+  uint64_t logged_prompt_ = 0, logged_generation_ = 0, logged_steps_ = 0, logged_seqs_ = 0;
+  double logged_step_seconds_ = 0;
   mutable std::mutex metrics_mu_;
   EngineMetrics metrics_;
   bool healthy_ = true;

@@ -189,8 +189,11 @@ std::vector<RequestOutput> LLMEngine::step() {
   for (auto& s : sched.scheduled)
     if (s.seq->first_scheduled == std::chrono::steady_clock::time_point{}) s.seq->first_scheduled = now;
   runner_->execute(sched);
+  stats_.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - now).count();
   stats_.steps++;
   stats_.last_step_tokens = sched.num_batched_tokens;
+  stats_.batched_tokens += sched.num_batched_tokens;
+  stats_.batched_seqs += sched.scheduled.size();
   const int vocab = model_->config().spec.vocab_size;
   for (size_t i = 0; i < sched.scheduled.size(); ++i) {
     Sequence& seq = *sched.scheduled[i].seq;

@@ -56,6 +56,9 @@ struct EngineStats {
   uint64_t generation_tokens = 0;
   uint64_t steps = 0;
   int last_step_tokens = 0;        // tokens computed in the last step
+  uint64_t batched_tokens = 0;     // tokens computed over all steps
+  uint64_t batched_seqs = 0;       // sequences scheduled over all steps
+  double step_seconds = 0;         // time spent in device steps
 };
 
 class LLMEngine {
