@@ -1,0 +1,757 @@
+// prepare / kv_cache / execute of the CUDA plugin: weights upload, step
+// packing, the per-layer launch sequence, decode CUDA graphs and NCCL
+// tensor parallelism.
+#include "model.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "errors.h"
+#include "launch.h"
+
+namespace halo::cuda {
+
+// ------------------------------------------------------------------ basics
+
+int visible_devices(const char* where) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess && n > 0) return n;
+  int driver = 0;
+  (void)cudaDriverGetVersion(&driver);
+  const char* reason = driver == 0                      ? "driver not found"
+                       : e == cudaErrorInsufficientDriver ? "driver too old for this CUDA runtime"
+                                                          : "no CUDA-capable GPU visible";
+  if (e == cudaSuccess)
+    fail(HALO_STATUS_FAILED_PRECONDITION, where, ": cuda: no device (", reason, "): cudaGetDeviceCount returned 0");
+  fail(HALO_STATUS_FAILED_PRECONDITION, where, ": cuda: no device (", reason, "): cudaGetDeviceCount: ",
+       cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+}
+
+namespace {
+
+void check_blas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    fail(s == CUBLAS_STATUS_ALLOC_FAILED ? HALO_STATUS_OUT_OF_MEMORY : HALO_STATUS_INTERNAL, what, ": cuBLAS ",
+         cublasGetStatusName(s), " (", cublasGetStatusString(s), ")");
+}
+
+#if HALO_CUDA_HAVE_NCCL
+void check_nccl(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess) fail(HALO_STATUS_INTERNAL, what, ": NCCL: ", ncclGetErrorString(r));
+}
+#endif
+
+std::atomic<uint64_t> g_kv_ids{0};
+
+}  // namespace
+
+DeviceState::~DeviceState() {
+#if HALO_CUDA_HAVE_NCCL
+  for (ncclComm_t c : comms) ncclCommDestroy(c);
+#endif
+}
+
+void* Rank::alloc(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 16));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail(HALO_STATUS_OUT_OF_MEMORY, "cannot allocate ", bytes, " bytes on GPU ", device, ": ", cudaGetErrorString(e));
+  }
+  allocs.push_back(p);
+  return p;
+}
+
+void Rank::drop_graphs() {
+  for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
+  graphs.clear();
+}
+
+Rank::~Rank() {
+  cudaSetDevice(device);
+  if (stream) cudaStreamSynchronize(stream);
+  drop_graphs();
+  if (blas) cublasDestroy(blas);
+  for (void* p : allocs) cudaFree(p);
+  if (stream) cudaStreamDestroy(stream);
+}
+
+}  // namespace halo::cuda
+
+halo_executable::~halo_executable() {
+  ranks.clear();
+  if (host_inputs) cudaFreeHost(host_inputs);
+}
+
+halo_kv_cache::~halo_kv_cache() {
+  for (size_t r = 0; r < base.size(); ++r) {
+    if (!base[r]) continue;
+    cudaSetDevice(owner->ranks[r]->device);
+    cudaFree(base[r]);
+  }
+}
+
+halo_buffer::~halo_buffer() {
+  if (data) {
+    cudaSetDevice(device);
+    cudaFree(data);
+  }
+}
+
+namespace halo::cuda {
+namespace {
+
+using kernels::DType;
+
+// ----------------------------------------------------------------- weights
+
+// Appends rows [r0, r1) x columns [c0, c1) of a host [*, cols] matrix,
+// converted to the 16-bit type dt, to out.
+void convert_block(const Matrix& m, int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1, Dt dt,
+                   std::vector<uint16_t>& out) {
+  const size_t es = kernels::dtype_size(m.dtype);
+  const size_t n = static_cast<size_t>(c1 - c0);
+  const bool same = (dt == Dt::BF16 && m.dtype == DType::BF16) || (dt == Dt::F16 && m.dtype == DType::F16);
+  std::vector<float> row(n);
+  for (int64_t r = r0; r < r1; ++r) {
+    const char* src = static_cast<const char*>(m.data) + (static_cast<size_t>(r) * static_cast<size_t>(cols) + static_cast<size_t>(c0)) * es;
+    const size_t at = out.size();
+    out.resize(at + n);
+    if (same) {
+      std::memcpy(out.data() + at, src, n * 2);
+      continue;
+    }
+    kernels::to_f32(src, m.dtype, row.data(), n);
+    for (size_t i = 0; i < n; ++i) out[at + i] = dt == Dt::BF16 ? kernels::f32_to_bf16(row[i]) : kernels::f32_to_f16(row[i]);
+  }
+}
+
+template <class T>
+T* upload(Rank& r, const std::vector<T>& host) {
+  auto* p = static_cast<T*>(r.alloc(host.size() * sizeof(T)));
+  check_cuda(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "prepare: cudaMemcpy");
+  return p;
+}
+
+struct HostLayer {
+  Matrix q, k, v, o, gate, up, down;
+  std::vector<float> attn_norm, mlp_norm, q_bias, k_bias, v_bias, q_norm, k_norm;
+};
+
+// ------------------------------------------------------------- step layout
+
+// Offsets (bytes) of the packed step inputs: one pinned host buffer, one copy.
+struct Layout {
+  int T = 0, S = 0, mb = 0, L = 0, items = 0, tiles = 0;
+  size_t slots = 0, tok = 0, pos = 0, bt = 0, lidx = 0, it_tok = 0, it_ctx = 0, it_row = 0;
+  size_t t_tok0 = 0, t_nq = 0, t_c0 = 0, t_row = 0, bytes = 0;
+};
+
+Layout make_layout(int T, int S, int mb, int L, int items, int tiles) {
+  Layout y;
+  y.T = T, y.S = S, y.mb = mb, y.L = L, y.items = items, y.tiles = tiles;
+  size_t o = 0;
+  auto take = [&](size_t n, size_t es) {
+    const size_t at = o;
+    o += (n * es + 15) / 16 * 16;
+    return at;
+  };
+  y.slots = take(static_cast<size_t>(T), 8);
+  y.tok = take(static_cast<size_t>(T), 4);
+  y.pos = take(static_cast<size_t>(T), 4);
+  y.bt = take(static_cast<size_t>(S) * static_cast<size_t>(mb), 4);
+  y.lidx = take(static_cast<size_t>(L), 4);
+  y.it_tok = take(static_cast<size_t>(items), 4);
+  y.it_ctx = take(static_cast<size_t>(items), 4);
+  y.it_row = take(static_cast<size_t>(items), 4);
+  y.t_tok0 = take(static_cast<size_t>(tiles), 4);
+  y.t_nq = take(static_cast<size_t>(tiles), 4);
+  y.t_c0 = take(static_cast<size_t>(tiles), 4);
+  y.t_row = take(static_cast<size_t>(tiles), 4);
+  y.bytes = o;
+  return y;
+}
+
+template <class P>
+P* at(char* base, size_t off) {
+  return reinterpret_cast<P*>(base + off);
+}
+
+// ------------------------------------------------------------- the forward
+
+template <class T>
+struct Forward {
+  const halo_executable& e;
+  const halo_kv_cache& kv;
+  const Layout& y;
+
+  int heads_l() const { return e.heads / e.tp; }
+  int kvh_l() const { return e.kv_heads / e.tp; }
+  int inter_l() const { return e.inter / e.tp; }
+
+  void gemm(Rank& r, const void* x, int M, int K, const void* w, int N, float* out) const {
+    if (M == 0) return;
+    const float alpha = 1.f, beta = 0.f;
+    const cudaDataType_t t = e.dt == Dt::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    // Row-major out[M, N] = x[M, K] w[N, K]^T is column-major out^T = w^T' x^T'.
+    check_blas(cublasGemmEx(r.blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, t, K, x, t, K, &beta, out,
+                            CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "execute: cublasGemmEx");
+  }
+
+  template <class K>
+  void run(const typename K::Params& p, k::Dim3 grid, int threads, size_t smem_floats, cudaStream_t s) const {
+    check_cuda(launch<K>(p, grid, threads, smem_floats * sizeof(float), s), "execute: kernel launch");
+  }
+
+  void attention_part(size_t ri, int l) const {
+    Rank& r = *e.ranks[ri];
+    const LayerW& W = r.layer[static_cast<size_t>(l)];
+    const int H = e.hidden, D = e.head_dim, nh = heads_l(), nkv = kvh_l();
+    const int qkv_n = (nh + 2 * nkv) * D;
+    cudaStream_t st = r.stream;
+    char* in = r.inputs;
+    if (l == 0)
+      run<k::EmbedKernel<T>>({at<int32_t>(in, y.tok), static_cast<const T*>(r.embed), r.x, H}, {y.T, 1, 1}, 256, 0, st);
+    run<k::RmsNormKernel<T>>({r.x, l == 0 ? nullptr : r.delta, nullptr, W.attn_norm, static_cast<T*>(r.h), H, e.eps, true},
+                             {y.T, 1, 1}, 256, 256, st);
+    gemm(r, r.h, y.T, H, W.qkv, qkv_n, r.qkv);
+    T* kc = static_cast<T*>(kv.base[ri]) + static_cast<size_t>(2 * l) * kv.array_elems;
+    T* vc = kc + kv.array_elems;
+    run<k::RopeKvKernel<T>>({r.qkv, qkv_n, W.qkv_bias, W.q_norm, W.k_norm, at<int32_t>(in, y.pos),
+                             at<int64_t>(in, y.slots), r.inv_freq, kc, vc, nh, nkv, D, e.eps},
+                            {y.T, 1, 1}, 128, static_cast<size_t>(nh + nkv), st);
+    k::AttnShape s;
+    s.heads = nh, s.kv_heads = nkv, s.head_dim = D, s.block_size = e.block_size;
+    s.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const int G = nh / nkv;
+    if (y.items > 0) {
+      const int nt = std::max(128, (G + 31) / 32 * 32);
+      typename k::DecodeAttnKernel<T>::Params p{s, r.qkv, qkv_n, kc, vc, at<int32_t>(in, y.it_tok),
+                                                at<int32_t>(in, y.it_ctx), at<int32_t>(in, y.it_row),
+                                                at<int32_t>(in, y.bt), y.mb, e.part_size, e.max_parts,
+                                                static_cast<T*>(r.attn), r.tmp_out, r.tmp_ml};
+      run<k::DecodeAttnKernel<T>>(p, {y.items, nkv, e.max_parts}, nt,
+                                  k::DecodeAttnKernel<T>::smem_floats(s, e.part_size, nt), st);
+      if (e.max_parts > 1)
+        run<k::DecodeReduceKernel<T>>({s, at<int32_t>(in, y.it_tok), at<int32_t>(in, y.it_ctx), e.part_size,
+                                       e.max_parts, r.tmp_out, r.tmp_ml, static_cast<T*>(r.attn)},
+                                      {y.items, nh, 1}, 128, 0, st);
+    }
+    if (y.tiles > 0) {
+      typename k::PrefillAttnKernel<T>::Params p{s, r.qkv, qkv_n, kc, vc, at<int32_t>(in, y.t_tok0),
+                                                 at<int32_t>(in, y.t_nq), at<int32_t>(in, y.t_c0),
+                                                 at<int32_t>(in, y.t_row), at<int32_t>(in, y.bt), y.mb,
+                                                 e.q_tile, e.kv_tile, static_cast<T*>(r.attn)};
+      run<k::PrefillAttnKernel<T>>(p, {y.tiles, nkv, 1}, 128,
+                                   k::PrefillAttnKernel<T>::smem_floats(s, e.q_tile, e.kv_tile), st);
+    }
+    gemm(r, r.attn, y.T, nh * D, W.o, H, r.delta);
+  }
+
+  void mlp_part(size_t ri, int l) const {
+    Rank& r = *e.ranks[ri];
+    const LayerW& W = r.layer[static_cast<size_t>(l)];
+    const int H = e.hidden, I = inter_l();
+    run<k::RmsNormKernel<T>>({r.x, r.delta, nullptr, W.mlp_norm, static_cast<T*>(r.h), H, e.eps, true}, {y.T, 1, 1},
+                             256, 256, r.stream);
+    gemm(r, r.h, y.T, H, W.gate_up, 2 * I, r.gu);
+    const int64_t total = int64_t{y.T} * I;
+    const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 65535));
+    run<k::GatedActKernel<T>>({r.gu, static_cast<T*>(r.act), y.T, I, e.activation == HALO_ACTIVATION_GELU_TANH},
+                              {blocks, 1, 1}, 256, 0, r.stream);
+    gemm(r, r.act, y.T, I, W.down, H, r.delta);
+  }
+
+  // Final norm of logits rows [c0, c0 + n) and the lm_head GEMM (rank 0).
+  void logits_part(int c0, int n) const {
+    Rank& r = *e.ranks[0];
+    run<k::RmsNormKernel<T>>({r.x, r.delta, at<int32_t>(r.inputs, y.lidx) + c0, r.final_norm, static_cast<T*>(r.hf),
+                              e.hidden, e.eps, false},
+                             {n, 1, 1}, 256, 256, r.stream);
+    gemm(r, r.hf, n, e.hidden, r.lm_head, e.vocab, r.logits);
+  }
+
+  void allreduce() const {
+    if (e.tp == 1) return;
+#if HALO_CUDA_HAVE_NCCL
+    const auto& comms = e.device->comms;
+    check_nccl(ncclGroupStart(), "execute: ncclGroupStart");
+    for (size_t ri = 0; ri < e.ranks.size(); ++ri) {
+      Rank& r = *e.ranks[ri];
+      check_nccl(ncclAllReduce(r.delta, r.delta, static_cast<size_t>(y.T) * e.hidden, ncclFloat, ncclSum, comms[ri],
+                               r.stream),
+                 "execute: ncclAllReduce");
+    }
+    check_nccl(ncclGroupEnd(), "execute: ncclGroupEnd");
+#else
+    fail(HALO_STATUS_UNIMPLEMENTED, "execute: tensor parallelism needs NCCL, which this build does not have");
+#endif
+  }
+
+  void set(size_t ri) const {
+    if (e.tp > 1) check_cuda(cudaSetDevice(e.ranks[ri]->device), "execute: cudaSetDevice");
+  }
+
+  void layers() const {
+    for (int l = 0; l < e.layers; ++l) {
+      for (size_t ri = 0; ri < e.ranks.size(); ++ri) set(ri), attention_part(ri, l);
+      allreduce();
+      for (size_t ri = 0; ri < e.ranks.size(); ++ri) set(ri), mlp_part(ri, l);
+      allreduce();
+    }
+    set(0);
+  }
+};
+
+int padded_batch(int s, int max_graph) {
+  int b = 1;
+  while (b < s) b *= 2;
+  return std::min(b, max_graph);
+}
+
+template <class T>
+void execute_t(halo_execute_args* a, halo_executable* exe, const halo_kv_cache* kv) {
+  const int T_ = a->num_tokens, S = a->num_seqs, L = a->num_logits;
+  const int V = exe->vocab;
+  // Decode items (one query) and prefill tiles (several queries).
+  std::vector<int32_t> it_tok, it_ctx, it_row, t_tok0, t_nq, t_c0, t_row;
+  bool all_decode = T_ == S;
+  for (int s = 0; s < S; ++s) {
+    const int b = a->query_start[s], q = a->query_start[s + 1] - b, ctx = a->context_lens[s];
+    if (q == 1) {
+      it_tok.push_back(b), it_ctx.push_back(ctx), it_row.push_back(s);
+    } else if (q > 1) {
+      all_decode = false;
+      for (int i = 0; i < q; i += exe->q_tile) {
+        t_tok0.push_back(b + i), t_nq.push_back(std::min(exe->q_tile, q - i)), t_c0.push_back(ctx - q + i);
+        t_row.push_back(s);
+      }
+    } else {
+      all_decode = false;
+    }
+  }
+  const bool graph = exe->device->graphs && exe->tp == 1 && all_decode && S <= exe->max_graph_batch;
+  const int mb_cap = (exe->max_model_len + exe->block_size - 1) / exe->block_size;
+  const int B = graph ? padded_batch(S, exe->max_graph_batch) : 0;
+  const Layout y = graph ? make_layout(B, B, mb_cap, B, B, 0)
+                         : make_layout(T_, S, a->max_blocks_per_seq, L, static_cast<int>(it_tok.size()),
+                                       static_cast<int>(t_tok0.size()));
+  // Capacity (growing the device buffer moves it: captured graphs are dropped).
+  if (y.bytes > exe->host_inputs_cap) {
+    if (exe->host_inputs) cudaFreeHost(exe->host_inputs);
+    exe->host_inputs = nullptr;
+    exe->host_inputs_cap = 0;
+    check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&exe->host_inputs), y.bytes * 2, cudaHostAllocPortable),
+               "execute: cudaHostAlloc");
+    exe->host_inputs_cap = y.bytes * 2;
+  }
+  for (auto& r : exe->ranks) {
+    if (y.bytes <= r->inputs_cap) continue;
+    check_cuda(cudaSetDevice(r->device), "execute: cudaSetDevice");
+    r->drop_graphs();
+    r->inputs = static_cast<char*>(r->alloc(y.bytes * 2));  // the old one is freed with the rank
+    r->inputs_cap = y.bytes * 2;
+  }
+  // Pack.
+  char* h = exe->host_inputs;
+  std::memset(h, 0, y.bytes);
+  for (int t = 0; t < y.T; ++t) {
+    at<int64_t>(h, y.slots)[t] = t < T_ ? a->slot_mapping[t] : -1;
+    at<int32_t>(h, y.tok)[t] = t < T_ ? a->token_ids[t] : 0;
+    at<int32_t>(h, y.pos)[t] = t < T_ ? a->positions[t] : 0;
+  }
+  if (graph) {
+    for (int s = 0; s < S; ++s) {
+      const int nblk = (a->context_lens[s] + exe->block_size - 1) / exe->block_size;
+      std::memcpy(at<int32_t>(h, y.bt) + static_cast<size_t>(s) * y.mb,
+                  a->block_tables + static_cast<size_t>(s) * a->max_blocks_per_seq, static_cast<size_t>(nblk) * 4);
+    }
+    for (int i = 0; i < B; ++i) {
+      at<int32_t>(h, y.it_tok)[i] = i;
+      at<int32_t>(h, y.it_ctx)[i] = i < S ? a->context_lens[i] : 0;  // padding rows attend to nothing
+      at<int32_t>(h, y.it_row)[i] = i;
+      at<int32_t>(h, y.lidx)[i] = i < L ? a->logits_indices[i] : 0;
+    }
+  } else {
+    std::memcpy(at<int32_t>(h, y.bt), a->block_tables, static_cast<size_t>(S) * a->max_blocks_per_seq * 4);
+    if (L > 0) std::memcpy(at<int32_t>(h, y.lidx), a->logits_indices, static_cast<size_t>(L) * 4);
+    auto put = [&](size_t off, const std::vector<int32_t>& v) {
+      if (!v.empty()) std::memcpy(h + off, v.data(), v.size() * 4);
+    };
+    put(y.it_tok, it_tok), put(y.it_ctx, it_ctx), put(y.it_row, it_row);
+    put(y.t_tok0, t_tok0), put(y.t_nq, t_nq), put(y.t_c0, t_c0), put(y.t_row, t_row);
+  }
+  for (auto& r : exe->ranks) {
+    check_cuda(cudaSetDevice(r->device), "execute: cudaSetDevice");
+    check_cuda(cudaMemcpyAsync(r->inputs, h, y.bytes, cudaMemcpyHostToDevice, r->stream), "execute: cudaMemcpyAsync");
+  }
+  Rank& r0 = *exe->ranks[0];
+  check_cuda(cudaSetDevice(r0.device), "execute: cudaSetDevice");
+  const Forward<T> f{*exe, *kv, y};
+  float* out = L > 0 ? reinterpret_cast<float*>(static_cast<char*>(a->logits->data) + a->logits->byte_offset) : nullptr;
+  if (graph) {
+    if (r0.graph_kv_id != kv->id) {
+      r0.drop_graphs();
+      r0.graph_kv_id = kv->id;
+    }
+    auto it = r0.graphs.find(B);
+    if (it == r0.graphs.end()) {
+      check_cuda(cudaStreamBeginCapture(r0.stream, cudaStreamCaptureModeRelaxed), "execute: cudaStreamBeginCapture");
+      cudaGraph_t g = nullptr;
+      try {
+        f.layers();
+        f.logits_part(0, B);
+      } catch (...) {
+        cudaStreamEndCapture(r0.stream, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      check_cuda(cudaStreamEndCapture(r0.stream, &g), "execute: cudaStreamEndCapture");
+      cudaGraphExec_t ge = nullptr;
+      const cudaError_t ie = cudaGraphInstantiate(&ge, g, 0);
+      cudaGraphDestroy(g);
+      check_cuda(ie, "execute: cudaGraphInstantiate");
+      it = r0.graphs.emplace(B, ge).first;
+    }
+    check_cuda(cudaGraphLaunch(it->second, r0.stream), "execute: cudaGraphLaunch");
+    if (L > 0)
+      check_cuda(cudaMemcpyAsync(out, r0.logits, static_cast<size_t>(L) * V * 4, cudaMemcpyDeviceToHost, r0.stream),
+                 "execute: cudaMemcpyAsync (logits)");
+  } else {
+    f.layers();
+    for (int c = 0; c < L; c += exe->logits_chunk) {
+      const int n = std::min(exe->logits_chunk, L - c);
+      f.logits_part(c, n);
+      check_cuda(cudaMemcpyAsync(out + static_cast<size_t>(c) * V, r0.logits, static_cast<size_t>(n) * V * 4,
+                                 cudaMemcpyDeviceToHost, r0.stream),
+                 "execute: cudaMemcpyAsync (logits)");
+    }
+  }
+  for (auto& r : exe->ranks) {
+    check_cuda(cudaSetDevice(r->device), "execute: cudaSetDevice");
+    check_cuda(cudaStreamSynchronize(r->stream), "execute: step failed on the GPU");
+  }
+}
+
+}  // namespace
+
+// ----------------------------------------------------------------- prepare
+
+void prepare(halo_prepare_args* args) {
+  check_args("prepare", args, "prepare: args");
+  if (args->device == nullptr) invalid("prepare: device is NULL");
+  validate_spec(args->spec);
+  halo_limits* lim = args->limits;
+  check_args("prepare", lim, "prepare: limits");
+  if (args->num_options > 0 && args->options == nullptr)
+    invalid("prepare: options=NULL with num_options=", args->num_options);
+  const halo_model_spec& s = *args->spec;
+  auto state = args->device->state;
+  const int tp = static_cast<int>(state->ordinals.size());
+  if (s.num_heads % tp != 0 || s.num_kv_heads % tp != 0 || s.intermediate_size % tp != 0)
+    invalid("prepare: tensor_parallel_size=", tp, " must divide num_heads=", s.num_heads, ", num_kv_heads=",
+            s.num_kv_heads, " and intermediate_size=", s.intermediate_size);
+
+  auto exe = std::make_unique<halo_executable>();
+  exe->device = state;
+  exe->tp = tp;
+  exe->vocab = s.vocab_size;
+  exe->hidden = s.hidden_size;
+  exe->inter = s.intermediate_size;
+  exe->layers = s.num_layers;
+  exe->heads = s.num_heads;
+  exe->kv_heads = s.num_kv_heads;
+  exe->head_dim = s.head_dim;
+  exe->eps = s.rms_norm_eps;
+  exe->flags = s.flags;
+  exe->activation = s.activation;
+
+  kernels::RopeParams rp;
+  rp.theta = s.rope_theta;
+  rp.scaling = s.rope_scaling == HALO_ROPE_SCALING_LINEAR   ? kernels::RopeScaling::Linear
+               : s.rope_scaling == HALO_ROPE_SCALING_LLAMA3 ? kernels::RopeScaling::Llama3
+                                                            : kernels::RopeScaling::None;
+  rp.factor = s.rope_factor;
+  rp.low_freq_factor = s.rope_low_freq_factor;
+  rp.high_freq_factor = s.rope_high_freq_factor;
+  rp.original_max_position = s.rope_original_max_position;
+  std::vector<double> inv_freq(static_cast<size_t>(s.head_dim / 2));
+  kernels::rope_inv_freq(rp, static_cast<size_t>(s.head_dim), inv_freq.data());
+
+  // Weights (validated exactly as the CPU plugin does).
+  const WeightSet w(args->weights, args->num_weights);
+  const int64_t V = s.vocab_size, H = s.hidden_size, I = s.intermediate_size;
+  const int64_t NQ = int64_t{s.num_heads} * s.head_dim, NKV = int64_t{s.num_kv_heads} * s.head_dim;
+  const Matrix embed = w.get("embed_tokens", {V, H});
+  std::vector<HostLayer> hl(static_cast<size_t>(s.num_layers));
+  for (int32_t i = 0; i < s.num_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    HostLayer& L = hl[static_cast<size_t>(i)];
+    L.attn_norm = w.vec(p + "attn_norm", H);
+    L.q = w.get(p + "q_proj", {NQ, H});
+    L.k = w.get(p + "k_proj", {NKV, H});
+    L.v = w.get(p + "v_proj", {NKV, H});
+    if (s.flags & HALO_MODEL_QKV_BIAS) {
+      L.q_bias = w.vec(p + "q_bias", NQ);
+      L.k_bias = w.vec(p + "k_bias", NKV);
+      L.v_bias = w.vec(p + "v_bias", NKV);
+    }
+    if (s.flags & HALO_MODEL_QK_NORM) {
+      L.q_norm = w.vec(p + "q_norm", s.head_dim);
+      L.k_norm = w.vec(p + "k_norm", s.head_dim);
+    }
+    L.o = w.get(p + "o_proj", {H, NQ});
+    L.mlp_norm = w.vec(p + "mlp_norm", H);
+    L.gate = w.get(p + "gate_proj", {I, H});
+    L.up = w.get(p + "up_proj", {I, H});
+    L.down = w.get(p + "down_proj", {H, I});
+  }
+  const std::vector<float> final_norm = w.vec("final_norm", H);
+  const bool tied = s.flags & HALO_MODEL_TIED_EMBEDDINGS;
+  const Matrix lm_head = tied ? embed : w.get("lm_head", {V, H});
+
+  // Compute type: the checkpoint's 16-bit type (bf16 wins a mix); fp32 -> bf16.
+  bool any_bf16 = false, any_f16 = false, any_f32 = false;
+  auto see = [&](const Matrix& m) {
+    any_bf16 |= m.dtype == DType::BF16, any_f16 |= m.dtype == DType::F16, any_f32 |= m.dtype == DType::F32;
+  };
+  see(embed), see(lm_head);
+  for (const auto& L : hl) see(L.q), see(L.k), see(L.v), see(L.o), see(L.gate), see(L.up), see(L.down);
+  exe->dt = any_bf16 || !any_f16 ? Dt::BF16 : Dt::F16;
+  if (any_f32)
+    std::fprintf(stderr, "halo cuda: fp32 weights are converted to %s on upload (GEMMs run in 16-bit with fp32 accumulation)\n",
+                 exe->dt == Dt::BF16 ? "bf16" : "fp16");
+
+  // Limits (as the CPU plugin; block size 16 by default).
+  auto nonneg = [](const char* name, int32_t v) {
+    if (v < 0) invalid("prepare: limits.", name, "=", v, " must not be negative (0 = default)");
+  };
+  nonneg("max_num_seqs", lim->max_num_seqs);
+  nonneg("max_model_len", lim->max_model_len);
+  nonneg("max_num_batched_tokens", lim->max_num_batched_tokens);
+  nonneg("block_size", lim->block_size);
+  exe->max_num_seqs = lim->max_num_seqs ? lim->max_num_seqs : 256;
+  exe->max_model_len = lim->max_model_len ? lim->max_model_len : s.max_position_embeddings;
+  exe->max_num_batched_tokens =
+      lim->max_num_batched_tokens ? lim->max_num_batched_tokens : std::max(2048, exe->max_model_len);
+  exe->block_size = lim->block_size ? lim->block_size : 16;
+  exe->kv_bytes_per_block = 2ull * static_cast<uint64_t>(s.num_layers) * static_cast<uint64_t>(exe->block_size) *
+                            static_cast<uint64_t>(NKV) * 2u;
+  exe->lim = ExecLimits{exe->vocab, exe->max_num_seqs, exe->max_model_len, exe->max_num_batched_tokens, exe->block_size};
+
+  // Kernel tiling.
+  const int G = s.num_heads / s.num_kv_heads;
+  const int D = s.head_dim;
+  exe->part_size = 512;
+  exe->max_parts = (exe->max_model_len + exe->part_size - 1) / exe->part_size;
+  exe->q_tile = std::max(1, 32 / G);
+  exe->kv_tile = 16;
+  exe->logits_chunk = 256;
+  exe->max_graph_batch = std::min({exe->max_num_seqs, exe->logits_chunk, exe->max_num_batched_tokens});
+  {
+    int optin = 48 * 1024;
+    check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, state->ordinals[0]),
+               "prepare: cudaDeviceGetAttribute");
+    k::AttnShape sh;
+    sh.heads = s.num_heads / tp, sh.kv_heads = s.num_kv_heads / tp, sh.head_dim = D, sh.block_size = exe->block_size;
+    while (exe->q_tile > 1 &&
+           k::PrefillAttnKernel<k::bf16>::smem_floats(sh, exe->q_tile, exe->kv_tile) * 4 > static_cast<size_t>(optin))
+      exe->q_tile /= 2;
+    const int nt = std::max(128, (G + 31) / 32 * 32);
+    while (exe->part_size > 32 &&
+           k::DecodeAttnKernel<k::bf16>::smem_floats(sh, exe->part_size, nt) * 4 > static_cast<size_t>(optin))
+      exe->part_size /= 2;
+    exe->max_parts = (exe->max_model_len + exe->part_size - 1) / exe->part_size;
+    if (k::PrefillAttnKernel<k::bf16>::smem_floats(sh, exe->q_tile, exe->kv_tile) * 4 > static_cast<size_t>(optin) ||
+        k::DecodeAttnKernel<k::bf16>::smem_floats(sh, exe->part_size, nt) * 4 > static_cast<size_t>(optin))
+      fail(HALO_STATUS_UNIMPLEMENTED, "prepare: head_dim=", D, " with ", G,
+           " query heads per kv head needs more shared memory than the GPU's ", optin, " bytes per block");
+  }
+
+  // Upload, rank by rank.
+  const Dt dt = exe->dt;
+  const int64_t nq_l = NQ / tp, nkv_l = NKV / tp, i_l = I / tp;
+  uint64_t min_free = UINT64_MAX;
+  for (int ri = 0; ri < tp; ++ri) {
+    auto rank = std::make_unique<Rank>();
+    Rank& r = *rank;
+    r.device = state->ordinals[static_cast<size_t>(ri)];
+    exe->ranks.push_back(std::move(rank));
+    check_cuda(cudaSetDevice(r.device), "prepare: cudaSetDevice");
+    check_cuda(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking), "prepare: cudaStreamCreate");
+    check_blas(cublasCreate(&r.blas), "prepare: cublasCreate");
+    check_blas(cublasSetStream(r.blas, r.stream), "prepare: cublasSetStream");
+    const size_t ws = 32u << 20;  // a fixed workspace keeps cuBLAS capturable in CUDA graphs
+    check_blas(cublasSetWorkspace(r.blas, r.alloc(ws), ws), "prepare: cublasSetWorkspace");
+
+    std::vector<uint16_t> buf;
+    auto up16 = [&](auto fill) {
+      buf.clear();
+      fill();
+      return static_cast<void*>(upload(r, buf));
+    };
+    r.embed = up16([&] { convert_block(embed, H, 0, V, 0, H, dt, buf); });
+    r.lm_head = tied ? r.embed : up16([&] { convert_block(lm_head, H, 0, V, 0, H, dt, buf); });
+    r.final_norm = upload(r, final_norm);
+    r.inv_freq = upload(r, inv_freq);
+    for (const HostLayer& L : hl) {
+      LayerW W;
+      const int64_t q0 = nq_l * ri, k0 = nkv_l * ri, i0 = i_l * ri;
+      W.qkv = up16([&] {
+        convert_block(L.q, H, q0, q0 + nq_l, 0, H, dt, buf);
+        convert_block(L.k, H, k0, k0 + nkv_l, 0, H, dt, buf);
+        convert_block(L.v, H, k0, k0 + nkv_l, 0, H, dt, buf);
+      });
+      W.o = up16([&] { convert_block(L.o, NQ, 0, H, q0, q0 + nq_l, dt, buf); });
+      W.gate_up = up16([&] {
+        convert_block(L.gate, H, i0, i0 + i_l, 0, H, dt, buf);
+        convert_block(L.up, H, i0, i0 + i_l, 0, H, dt, buf);
+      });
+      W.down = up16([&] { convert_block(L.down, I, 0, H, i0, i0 + i_l, dt, buf); });
+      if (!L.q_bias.empty()) {
+        std::vector<float> b(L.q_bias.begin() + q0, L.q_bias.begin() + q0 + nq_l);
+        b.insert(b.end(), L.k_bias.begin() + k0, L.k_bias.begin() + k0 + nkv_l);
+        b.insert(b.end(), L.v_bias.begin() + k0, L.v_bias.begin() + k0 + nkv_l);
+        W.qkv_bias = upload(r, b);
+      }
+      if (!L.q_norm.empty()) {
+        W.q_norm = upload(r, L.q_norm);
+        W.k_norm = upload(r, L.k_norm);
+      }
+      W.attn_norm = upload(r, L.attn_norm);
+      W.mlp_norm = upload(r, L.mlp_norm);
+      r.layer.push_back(W);
+    }
+
+    // Step buffers.
+    const size_t Tc = static_cast<size_t>(exe->max_num_batched_tokens), Hs = static_cast<size_t>(H);
+    const size_t es = 2, Lc = static_cast<size_t>(exe->logits_chunk), Sc = static_cast<size_t>(exe->max_num_seqs);
+    const size_t qkv_n = static_cast<size_t>(nq_l + 2 * nkv_l);
+    r.x = static_cast<float*>(r.alloc(Tc * Hs * 4));
+    r.delta = static_cast<float*>(r.alloc(Tc * Hs * 4));
+    r.qkv = static_cast<float*>(r.alloc(Tc * qkv_n * 4));
+    r.gu = static_cast<float*>(r.alloc(Tc * 2 * static_cast<size_t>(i_l) * 4));
+    r.h = r.alloc(Tc * Hs * es);
+    r.attn = r.alloc(Tc * static_cast<size_t>(nq_l) * es);
+    r.act = r.alloc(Tc * static_cast<size_t>(i_l) * es);
+    r.hf = r.alloc(Lc * Hs * es);
+    if (ri == 0) r.logits = static_cast<float*>(r.alloc(Lc * static_cast<size_t>(V) * 4));
+    const size_t parts = static_cast<size_t>(exe->max_parts) * Sc * static_cast<size_t>(s.num_heads / tp);
+    r.tmp_out = static_cast<float*>(r.alloc(parts * static_cast<size_t>(D) * 4));
+    r.tmp_ml = static_cast<float*>(r.alloc(parts * 2 * 4));
+    const int mb_cap = (exe->max_model_len + exe->block_size - 1) / exe->block_size;
+    const Layout cap = make_layout(static_cast<int>(Tc), static_cast<int>(Sc), mb_cap, static_cast<int>(Tc),
+                                   static_cast<int>(Sc), static_cast<int>(Tc));
+    r.inputs = static_cast<char*>(r.alloc(cap.bytes));
+    r.inputs_cap = cap.bytes;
+    check_cuda(cudaDeviceSynchronize(), "prepare: upload");
+    size_t free_b = 0, total_b = 0;
+    check_cuda(cudaMemGetInfo(&free_b, &total_b), "prepare: cudaMemGetInfo");
+    min_free = std::min<uint64_t>(min_free, free_b);
+  }
+  const uint64_t margin = std::max<uint64_t>(min_free / 20, 256ull << 20);  // graphs, cuBLAS, fragmentation
+  const uint64_t avail = min_free > margin ? (min_free - margin) * static_cast<uint64_t>(tp) : 0;
+
+  lim->max_num_seqs = exe->max_num_seqs;
+  lim->max_model_len = exe->max_model_len;
+  lim->max_num_batched_tokens = exe->max_num_batched_tokens;
+  lim->block_size = exe->block_size;
+  lim->capabilities = HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH;
+  lim->kv_bytes_per_block = exe->kv_bytes_per_block;
+  lim->kv_memory_available = avail;
+  args->executable = exe.release();
+}
+
+// ---------------------------------------------------------------- KV cache
+
+void kv_cache_create(halo_kv_cache_create_args* args) {
+  check_args("kv_cache_create", args, "kv_cache_create: args");
+  const halo_executable* exe = args->executable;
+  if (exe == nullptr) invalid("kv_cache_create: executable is NULL");
+  if (args->num_blocks <= 0) invalid("kv_cache_create: num_blocks=", args->num_blocks, " must be positive");
+  if (args->block_size != exe->block_size)
+    invalid("kv_cache_create: block_size=", args->block_size, " does not match the prepared block_size=",
+            exe->block_size);
+  auto kv = std::make_unique<halo_kv_cache>();
+  kv->owner = exe;
+  kv->num_blocks = args->num_blocks;
+  kv->block_size = exe->block_size;
+  kv->id = ++g_kv_ids;
+  kv->array_elems = static_cast<size_t>(args->num_blocks) * static_cast<size_t>(exe->block_size) *
+                    static_cast<size_t>(exe->kv_heads / exe->tp) * static_cast<size_t>(exe->head_dim);
+  const size_t bytes = kv->array_elems * 2 * 2 * static_cast<size_t>(exe->layers);
+  kv->base.assign(exe->ranks.size(), nullptr);
+  for (size_t r = 0; r < exe->ranks.size(); ++r) {
+    check_cuda(cudaSetDevice(exe->ranks[r]->device), "kv_cache_create: cudaSetDevice");
+    const cudaError_t e = cudaMalloc(&kv->base[r], bytes);
+    if (e != cudaSuccess) {
+      kv->base[r] = nullptr;
+      (void)cudaGetLastError();
+      fail(HALO_STATUS_OUT_OF_MEMORY, "kv_cache_create: num_blocks=", args->num_blocks, " needs ", bytes,
+           " bytes on GPU ", exe->ranks[r]->device, ": ", cudaGetErrorString(e));
+    }
+    check_cuda(cudaMemset(kv->base[r], 0, bytes), "kv_cache_create: cudaMemset");
+  }
+  args->kv_cache = kv.release();
+}
+
+void kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* args) {
+  check_args("kv_cache_copy_blocks", args, "kv_cache_copy_blocks: args");
+  halo_kv_cache* kv = args->kv_cache;
+  if (kv == nullptr) invalid("kv_cache_copy_blocks: kv_cache is NULL");
+  if (args->num_pairs < 0) invalid("kv_cache_copy_blocks: num_pairs=", args->num_pairs, " is negative");
+  if (args->num_pairs == 0) return;
+  if (args->src_blocks == nullptr || args->dst_blocks == nullptr)
+    invalid("kv_cache_copy_blocks: src_blocks or dst_blocks is NULL with num_pairs=", args->num_pairs);
+  for (int32_t i = 0; i < args->num_pairs; ++i) {
+    for (const auto& [name, arr] : {std::pair{"src_blocks", args->src_blocks}, {"dst_blocks", args->dst_blocks}}) {
+      if (arr[i] < 0 || arr[i] >= kv->num_blocks)
+        out_of_range("kv_cache_copy_blocks: ", name, "[", i, "]=", arr[i], " is outside [0, ", kv->num_blocks, ")");
+    }
+  }
+  const halo_executable* exe = kv->owner;
+  std::lock_guard<std::mutex> lock(exe->device->mu);
+  const size_t n = static_cast<size_t>(args->num_pairs);
+  for (size_t r = 0; r < exe->ranks.size(); ++r) {
+    Rank& rk = *exe->ranks[r];
+    check_cuda(cudaSetDevice(rk.device), "kv_cache_copy_blocks: cudaSetDevice");
+    int32_t* pairs = nullptr;
+    check_cuda(cudaMalloc(&pairs, 2 * n * 4), "kv_cache_copy_blocks: cudaMalloc");
+    cudaError_t e = cudaMemcpy(pairs, args->src_blocks, n * 4, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(pairs + n, args->dst_blocks, n * 4, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) {
+      const size_t block_words = kv->array_elems / static_cast<size_t>(kv->num_blocks) * 2 / 4;
+      e = launch<k::CopyBlocksKernel>({static_cast<uint32_t*>(kv->base[r]), pairs, pairs + n, kv->array_elems * 2 / 4,
+                                       block_words},
+                                      {args->num_pairs, 2 * exe->layers, 1}, 256, 0, rk.stream);
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(rk.stream);
+    cudaFree(pairs);
+    check_cuda(e, "kv_cache_copy_blocks");
+  }
+}
+
+// ------------------------------------------------------------------ execute
+
+void execute(halo_execute_args* a) {
+  check_args("execute", a, "execute: args");
+  halo_executable* exe = a->executable;
+  const halo_kv_cache* kv = a->kv_cache;
+  if (exe == nullptr) invalid("execute: executable is NULL");
+  if (kv == nullptr) invalid("execute: kv_cache is NULL");
+  if (kv->owner != exe) invalid("execute: kv_cache was created for a different executable");
+  const KvLimits kvl{kv->num_blocks, kv->block_size};
+  validate_execute(a, &exe->lim, &kvl);
+  std::lock_guard<std::mutex> lock(exe->device->mu);
+  if (exe->dt == Dt::BF16)
+    execute_t<k::bf16>(a, exe, kv);
+  else
+    execute_t<k::f16>(a, exe, kv);
+}
+
+}  // namespace halo::cuda

@@ -1,0 +1,134 @@
+// The CUDA plugin's objects behind the opaque ABI handles.
+//
+// One halo device = tensor_parallel_size GPUs (ranks). Every rank holds a
+// shard of each layer (column-parallel q/k/v and gate/up by heads and
+// intermediate rows, row-parallel o/down by columns; embeddings, norms and
+// lm_head replicated), its kv_heads / tp share of the paged KV cache, its own
+// stream and cuBLAS handle; partial o/down outputs are summed with an NCCL
+// all-reduce. The residual stream is fp32, GEMM inputs and the KV cache are
+// the checkpoint's 16-bit type (bf16 for fp32 checkpoints).
+//
+// KV cache per rank: one allocation [layers][K|V][num_blocks, block_size,
+// kv_heads/tp, head_dim].
+//
+// Thread-safety: execute and kv_cache_copy_blocks on objects of one device
+// are serialized by a device mutex.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "halo/device_abi.h"
+#include "validate.h"
+
+#if HALO_CUDA_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+namespace halo::cuda {
+
+enum class Dt { BF16, F16 };
+
+// Returns the number of visible GPUs or throws FAILED_PRECONDITION with the
+// runtime's reason ("no device (driver not found)" and the like).
+int visible_devices(const char* where);
+
+struct DeviceState {
+  std::vector<int> ordinals;  // GPUs of this halo device, rank order
+  bool graphs = true;
+  std::mutex mu;
+#if HALO_CUDA_HAVE_NCCL
+  std::vector<ncclComm_t> comms;
+#endif
+  ~DeviceState();
+};
+
+struct LayerW {
+  void *qkv = nullptr, *o = nullptr, *gate_up = nullptr, *down = nullptr;
+  float *qkv_bias = nullptr, *attn_norm = nullptr, *mlp_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+};
+
+struct Rank {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  std::vector<void*> allocs;
+  ~Rank();
+  void* alloc(size_t bytes);  // throws OUT_OF_MEMORY naming the size
+  // Weights.
+  void *embed = nullptr, *lm_head = nullptr;
+  float* final_norm = nullptr;
+  double* inv_freq = nullptr;
+  std::vector<LayerW> layer;
+  // Step buffers (capacity: max_num_batched_tokens rows).
+  char* inputs = nullptr;
+  size_t inputs_cap = 0;
+  float *x = nullptr, *qkv = nullptr, *delta = nullptr, *gu = nullptr, *logits = nullptr;
+  float *tmp_out = nullptr, *tmp_ml = nullptr;
+  void *h = nullptr, *attn = nullptr, *act = nullptr, *hf = nullptr;
+  // Decode graphs by padded batch size, valid for one KV cache.
+  std::map<int, cudaGraphExec_t> graphs;
+  uint64_t graph_kv_id = 0;
+  void drop_graphs();
+};
+
+}  // namespace halo::cuda
+
+struct halo_device {
+  int device_index = 0;
+  std::shared_ptr<halo::cuda::DeviceState> state;
+};
+
+struct halo_executable {
+  std::shared_ptr<halo::cuda::DeviceState> device;
+  halo::cuda::ExecLimits lim;
+  int32_t vocab = 0, hidden = 0, inter = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int32_t tp = 1;
+  float eps = 0.f;
+  uint32_t flags = 0;
+  halo_activation activation = HALO_ACTIVATION_SILU;
+  halo::cuda::Dt dt = halo::cuda::Dt::BF16;
+  int32_t max_num_seqs = 0, max_model_len = 0, max_num_batched_tokens = 0, block_size = 0;
+  uint64_t kv_bytes_per_block = 0;
+  int32_t part_size = 512, max_parts = 1, q_tile = 1, kv_tile = 16, logits_chunk = 256, max_graph_batch = 0;
+  std::vector<std::unique_ptr<halo::cuda::Rank>> ranks;
+  // Pinned host staging of the packed step inputs.
+  char* host_inputs = nullptr;
+  size_t host_inputs_cap = 0;
+  ~halo_executable();
+};
+
+struct halo_kv_cache {
+  const halo_executable* owner = nullptr;
+  int32_t num_blocks = 0;
+  int32_t block_size = 0;
+  uint64_t id = 0;
+  size_t array_elems = 0;      // elements of one K or V array of one layer on one rank
+  std::vector<void*> base;     // per rank
+  ~halo_kv_cache();
+};
+
+struct halo_buffer {
+  DLDataType dtype{};
+  std::vector<int64_t> shape;
+  int device = 0;
+  void* data = nullptr;
+  size_t bytes = 0;
+  ~halo_buffer();
+};
+
+namespace halo::cuda {
+
+void prepare(halo_prepare_args* args);
+void kv_cache_create(halo_kv_cache_create_args* args);
+void kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* args);
+void execute(halo_execute_args* args);
+
+}  // namespace halo::cuda

@@ -1,0 +1,50 @@
+// Argument validation shared with the CPU plugin's semantics (validate.cpp).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "halo/device_abi.h"
+#include "halo/kernels/dtype.h"
+#include "halo/kernels/kernels.h"
+
+namespace halo::cuda {
+
+std::string shape_str(const int64_t* shape, int ndim);
+std::string dtype_str(DLDataType t);
+// Data pointer of a contiguous row-major host tensor (byte_offset applied).
+const void* contiguous_data(const char* where, const std::string& name, const DLTensor* t);
+kernels::DType weight_dtype(const std::string& name, DLDataType t);
+
+// A host weight as given to prepare.
+struct Matrix {
+  const void* data = nullptr;
+  kernels::DType dtype = kernels::DType::F32;
+};
+
+class WeightSet {
+ public:
+  WeightSet(const halo_named_tensor* weights, size_t n);
+  // Validates a weight of the expected shape and returns its data and dtype.
+  Matrix get(const std::string& name, std::initializer_list<int64_t> shape) const;
+  std::vector<float> vec(const std::string& name, int64_t n) const;
+  bool has(const std::string& name) const { return map_.count(name) != 0; }
+
+ private:
+  std::map<std::string, const DLTensor*, std::less<>> map_;
+};
+
+void validate_spec(const halo_model_spec* s);
+
+struct ExecLimits {
+  int32_t vocab = 0, max_num_seqs = 0, max_model_len = 0, max_num_batched_tokens = 0, block_size = 0;
+};
+struct KvLimits {
+  int32_t num_blocks = 0, block_size = 0;
+};
+void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const KvLimits* kv);
+
+}  // namespace halo::cuda
