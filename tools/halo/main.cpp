@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
          "--log-level", [](const std::string& level) { spdlog::set_level(spdlog::level::from_str(level)); },
          "trace, debug, info, warn, error or off (default info)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  halo::tools::add_serve_command(app);
   halo::tools::add_generate_command(app);
   halo::tools::add_devices_command(app);
   halo::tools::add_render_chat_command(app);

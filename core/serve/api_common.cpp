@@ -1,0 +1,264 @@
+#include "serve/api_common.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace halo::serve {
+
+const char* error_type(int status) {
+  switch (status) {
+    case 400: return "BadRequestError";
+    case 401: return "AuthenticationError";
+    case 403: return "PermissionDeniedError";
+    case 404: return "NotFoundError";
+    case 405: return "MethodNotAllowedError";
+    case 413: return "RequestEntityTooLargeError";
+    case 429: return "RateLimitError";
+    case 503: return "ServiceUnavailableError";
+    default: return status >= 500 ? "InternalServerError" : "BadRequestError";
+  }
+}
+
+ojson error_object(int status, const std::string& message, const std::string& param) {
+  ojson e;
+  e["message"] = message;
+  e["type"] = error_type(status);
+  e["param"] = param.empty() ? ojson(nullptr) : ojson(param);
+  e["code"] = status;
+  return ojson{{"error", std::move(e)}};
+}
+
+std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+namespace {
+std::string type_name(const json& v) {
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+[[noreturn]] void bad_type(const std::string& name, const char* expected, const json& v) {
+  throw ApiError(400, fmt::format("'{}' must be {}, got {}", name, expected, type_name(v)), name);
+}
+}  // namespace
+
+const json* Fields::get(const std::string& name) {
+  used_.insert(name);
+  auto it = j_.find(name);
+  if (it == j_.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<bool> Fields::boolean(const std::string& name) {
+  const json* v = get(name);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) bad_type(name, "a boolean", *v);
+  return v->get<bool>();
+}
+
+std::optional<int64_t> Fields::integer(const std::string& name, int64_t lo, int64_t hi) {
+  const json* v = get(name);
+  if (!v) return std::nullopt;
+  int64_t x = 0;
+  if (v->is_number_integer()) {
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      throw ApiError(400, fmt::format("'{}' is out of range", name), name);
+    x = v->get<int64_t>();
+  } else if (v->is_number_float()) {
+    double d = v->get<double>();
+    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e18) bad_type(name, "an integer", *v);
+    x = static_cast<int64_t>(d);
+  } else {
+    bad_type(name, "an integer", *v);
+  }
+  if (x < lo || x > hi) {
+    if (hi >= std::numeric_limits<int32_t>::max())
+      throw ApiError(400, fmt::format("'{}' must be at least {}, got {}", name, lo, x), name);
+    throw ApiError(400, fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, x), name);
+  }
+  return x;
+}
+
+std::optional<double> Fields::number(const std::string& name) {
+  const json* v = get(name);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) bad_type(name, "a number", *v);
+  return v->get<double>();
+}
+
+std::optional<std::string> Fields::string(const std::string& name) {
+  const json* v = get(name);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) bad_type(name, "a string", *v);
+  return v->get<std::string>();
+}
+
+void Fields::log_unknown(const std::string& endpoint) const {
+  if (!j_.is_object() || !spdlog::should_log(spdlog::level::debug)) return;
+  for (auto it = j_.begin(); it != j_.end(); ++it)
+    if (!used_.count(it.key())) spdlog::debug("{}: ignoring unknown field '{}'", endpoint, it.key());
+}
+
+std::string context_length_message(int max_model_len, int prompt_tokens, int max_tokens) {
+  return fmt::format(
+      "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the messages, {} "
+      "in the completion). Please reduce the length of the messages or completion.",
+      max_model_len, prompt_tokens + max_tokens, prompt_tokens, max_tokens);
+}
+
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+
+float checked_float(Fields& f, const std::string& name, float fallback, double lo, double hi, bool lo_open = false) {
+  auto v = f.number(name);
+  if (!v) return fallback;
+  if (!std::isfinite(*v) || *v < lo || *v > hi || (lo_open && *v == lo)) {
+    std::string range = std::isinf(hi) ? fmt::format("{} {}", lo_open ? ">" : ">=", lo)
+                                       : fmt::format("in {}{}, {}]", lo_open ? "(" : "[", lo, hi);
+    throw ApiError(400, fmt::format("'{}' must be {}, got {}", name, range, *v), name);
+  }
+  return static_cast<float>(*v);
+}
+
+// A list that must be empty/absent because halo cannot honour it.
+void reject_nonempty(Fields& f, const std::string& name, const std::string& why) {
+  const json* v = f.get(name);
+  if (!v) return;
+  if ((v->is_array() || v->is_object() || v->is_string()) && v->empty()) return;
+  throw ApiError(400, fmt::format("'{}' is not supported by halo: {}", name, why), name);
+}
+
+}  // namespace
+
+SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefaults& d) {
+  SamplingRequest r;
+  auto& o = r.options;
+  auto& s = o.sampling;
+  const auto& g = d.generation;
+  const double inf = std::numeric_limits<double>::infinity();
+
+  bool do_sample = g.do_sample.value_or(true);
+  s.temperature = checked_float(f, "temperature", do_sample ? g.temperature.value_or(1.0f) : 0.0f, 0.0, inf);
+  s.top_p = checked_float(f, "top_p", g.top_p.value_or(1.0f), 0.0, 1.0, /*lo_open=*/true);
+  s.top_k = static_cast<int>(f.integer("top_k", -1, kIntMax).value_or(g.top_k.value_or(0)));
+  s.min_p = checked_float(f, "min_p", 0.0f, 0.0, 1.0);
+  s.repetition_penalty = checked_float(f, "repetition_penalty", g.repetition_penalty.value_or(1.0f), 0.0, inf, true);
+  s.presence_penalty = checked_float(f, "presence_penalty", 0.0f, -2.0, 2.0);
+  s.frequency_penalty = checked_float(f, "frequency_penalty", 0.0f, -2.0, 2.0);
+  if (auto seed = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+    s.seed = static_cast<uint64_t>(*seed);
+  s.min_tokens = static_cast<int>(f.integer("min_tokens", 0, kIntMax).value_or(0));
+  s.ignore_eos = f.boolean("ignore_eos").value_or(false);
+
+  // Stop strings: a string or a list of non-empty strings.
+  if (const json* stop = f.get("stop")) {
+    if (stop->is_string()) {
+      o.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const auto& x : *stop) {
+        if (!x.is_string()) throw ApiError(400, "'stop' must be a string or a list of strings", "stop");
+        o.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      throw ApiError(400, "'stop' must be a string or a list of strings", "stop");
+    }
+    for (const auto& x : o.stop)
+      if (x.empty()) throw ApiError(400, "'stop' strings must not be empty", "stop");
+  }
+  if (const json* ids = f.get("stop_token_ids")) {
+    if (!ids->is_array()) throw ApiError(400, "'stop_token_ids' must be a list of token ids", "stop_token_ids");
+    for (const auto& x : *ids) {
+      if (!x.is_number_integer())
+        throw ApiError(400, "'stop_token_ids' must be a list of integer token ids", "stop_token_ids");
+      int64_t id = x.get<int64_t>();
+      if (id < 0 || id >= d.vocab_size)
+        throw ApiError(400, fmt::format("'stop_token_ids' holds {}, outside the vocabulary [0, {})", id, d.vocab_size),
+                       "stop_token_ids");
+      s.stop_token_ids.push_back(static_cast<int32_t>(id));
+    }
+  }
+  o.include_stop_str_in_output = f.boolean("include_stop_str_in_output").value_or(false);
+  o.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
+  o.spaces_between_special_tokens = f.boolean("spaces_between_special_tokens").value_or(true);
+  o.priority = static_cast<int>(f.integer("priority", -kIntMax, kIntMax).value_or(0));
+
+  // Fan-out.
+  o.n = static_cast<int>(f.integer("n", 1, kIntMax).value_or(1));
+  if (o.n > 64) throw ApiError(400, fmt::format("'n' must be at most 64, got {}", o.n), "n");
+  if (auto b = f.integer("best_of", 1, kIntMax)) {
+    if (*b > 64) throw ApiError(400, fmt::format("'best_of' must be at most 64, got {}", *b), "best_of");
+    if (*b < o.n) throw ApiError(400, fmt::format("'best_of' ({}) must be at least 'n' ({})", *b, o.n), "best_of");
+    o.best_of = static_cast<int>(*b);
+  }
+
+  // Logprobs: an integer on completions, a boolean + top_logprobs on chat.
+  if (endpoint == Endpoint::kChat) {
+    bool lp = f.boolean("logprobs").value_or(false);
+    auto top = f.integer("top_logprobs", 0, 20);
+    if (top && !lp && *top > 0)
+      throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    if (lp) s.logprobs = static_cast<int>(top.value_or(0));
+  } else {
+    if (const json* v = f.get("logprobs")) {
+      if (v->is_boolean()) throw ApiError(400, "'logprobs' must be an integer in [0, 20] on this endpoint", "logprobs");
+      s.logprobs = static_cast<int>(*f.integer("logprobs", 0, 20));
+    }
+  }
+  if (auto pl = f.integer("prompt_logprobs", 0, 20)) s.prompt_logprobs = static_cast<int>(*pl);
+
+  // Lengths.
+  std::optional<int64_t> mt;
+  if (endpoint == Endpoint::kChat) mt = f.integer("max_completion_tokens", 1, kIntMax);
+  if (!mt) mt = f.integer("max_tokens", 1, kIntMax);
+  if (mt) r.max_tokens = static_cast<int>(*mt);
+  if (const json* t = f.get("truncate_prompt_tokens")) {
+    (void)t;
+    auto v = f.integer("truncate_prompt_tokens", -1, kIntMax);
+    if (*v == 0) throw ApiError(400, "'truncate_prompt_tokens' must be -1 or at least 1", "truncate_prompt_tokens");
+    r.truncate_prompt_tokens = static_cast<int>(*v);
+  }
+
+  // Streaming.
+  r.stream = f.boolean("stream").value_or(false);
+  if (const json* so = f.get("stream_options")) {
+    if (!so->is_object()) throw ApiError(400, "'stream_options' must be an object", "stream_options");
+    if (!r.stream) throw ApiError(400, "'stream_options' is only allowed with 'stream': true", "stream_options");
+    Fields sf(*so);
+    r.include_usage = sf.boolean("include_usage").value_or(false);
+    r.continuous_usage_stats = sf.boolean("continuous_usage_stats").value_or(false);
+  }
+  if (r.stream && o.best_of > o.n)
+    throw ApiError(400, "'best_of' greater than 'n' cannot be streamed: the best are known only at the end", "best_of");
+
+  // Accepted for compatibility, no effect on the output.
+  f.touch("user");
+  f.touch("model");
+  if (auto lp = f.number("length_penalty"); lp && *lp != 1.0)
+    throw ApiError(400, "'length_penalty' only applies to beam search, which halo does not implement", "length_penalty");
+  if (f.boolean("use_beam_search").value_or(false))
+    throw ApiError(400, "'use_beam_search' is not supported by halo", "use_beam_search");
+
+  // Fields halo cannot honour yet: rejected rather than silently ignored.
+  reject_nonempty(f, "logit_bias", "the sampler has no per-token bias");
+  reject_nonempty(f, "allowed_token_ids", "the sampler cannot restrict the vocabulary");
+  reject_nonempty(f, "bad_words", "the sampler cannot ban words");
+  reject_nonempty(f, "logits_processors", "custom logits processors are not available");
+  for (const char* guided : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
+                             "guided_whitespace_pattern"}) {
+    reject_nonempty(f, guided, "structured (guided) decoding is not implemented");
+  }
+  if (const json* rf = f.get("response_format")) {
+    if (!rf->is_object() || rf->value("type", std::string()) != "text")
+      throw ApiError(400, "'response_format' other than {\"type\": \"text\"} is not supported by halo (no guided decoding)",
+                     "response_format");
+  }
+  return r;
+}
+
+}  // namespace halo::serve

@@ -1,0 +1,86 @@
+#pragma once
+// Shared pieces of the OpenAI-compatible API: the error type every handler
+// throws, typed access to request fields, and the mapping of the sampling
+// fields (OpenAI's and vLLM's) onto the engine's RequestOptions.
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "engine/async_engine.h"
+#include "model/hf_config.h"
+
+namespace halo::serve {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+// An error with its HTTP status, in OpenAI's shape:
+// {"error": {"message", "type", "param", "code"}}.
+class ApiError : public Error {
+ public:
+  ApiError(int status, std::string message, std::string param = {})
+      : Error(std::move(message)), status_(status), param_(std::move(param)) {}
+  int status() const { return status_; }
+  const std::string& param() const { return param_; }
+  std::vector<std::pair<std::string, std::string>> headers;  // e.g. Retry-After
+
+ private:
+  int status_;
+  std::string param_;
+};
+
+// vLLM's error type names by status ("BadRequestError", "NotFoundError", ...).
+const char* error_type(int status);
+ojson error_object(int status, const std::string& message, const std::string& param = {});
+std::string dump(const ojson& j);  // compact; invalid UTF-8 replaced
+
+// Typed, null-tolerant access to the fields of a JSON request object. A
+// field of the wrong type is a 400 naming it. Fields never read are
+// "unknown" and are only logged.
+class Fields {
+ public:
+  explicit Fields(const json& object) : j_(object) {}
+  const json* get(const std::string& name);  // nullptr when absent or null
+  std::optional<bool> boolean(const std::string& name);
+  std::optional<int64_t> integer(const std::string& name, int64_t lo, int64_t hi);
+  std::optional<double> number(const std::string& name);
+  std::optional<std::string> string(const std::string& name);
+  void touch(const std::string& name) { used_.insert(name); }
+  void log_unknown(const std::string& endpoint) const;
+
+ private:
+  const json& j_;
+  std::set<std::string> used_;
+};
+
+// Where a sampling default comes from when the request does not set it.
+struct SamplingDefaults {
+  model::GenerationDefaults generation;  // the model's generation_config.json
+  int vocab_size = 0;
+};
+
+struct SamplingRequest {
+  engine::RequestOptions options;
+  std::optional<int> max_tokens;  // as requested (max_completion_tokens wins over max_tokens)
+  std::optional<int> truncate_prompt_tokens;
+  bool stream = false;
+  bool include_usage = false;
+  bool continuous_usage_stats = false;
+};
+
+enum class Endpoint { kCompletions, kChat, kGenerate };
+
+// Reads every sampling/stopping field of the contracts doc from `f` onto
+// RequestOptions (max_tokens is left for the caller, who knows the prompt).
+// Fields that cannot be honoured are rejected with a 400 naming them.
+SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefaults& defaults);
+
+// vLLM's context-length message.
+std::string context_length_message(int max_model_len, int prompt_tokens, int max_tokens);
+
+}  // namespace halo::serve

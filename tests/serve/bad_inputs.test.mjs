@@ -1,0 +1,148 @@
+// Bad input table: each case must get the right HTTP status and an error in
+// OpenAI's shape, and the server must keep serving good requests afterwards.
+// The server runs with an API key and a small body limit.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+
+import { client, postJson, startServer } from './lib.mjs';
+
+const KEY = 'test-key-0123456789';
+const MODEL = 'pkgchat-5m';
+let server;
+
+before(async () => {
+  server = await startServer(['--api-key', KEY, '--max-request-body-bytes', '65536', '--served-model-name', MODEL]);
+});
+
+after(async () => {
+  if (!server) return;
+  const { code } = await server.stop();
+  assert.equal(code, 0, server.stderr);
+});
+
+const auth = { Authorization: `Bearer ${KEY}` };
+const chat = (extra) => ({ model: MODEL, messages: [{ role: 'user', content: 'What is curl?' }], max_tokens: 4, ...extra });
+const cmpl = (extra) => ({ model: MODEL, prompt: 'The package', max_tokens: 4, ...extra });
+const CONTEXT = /^This model's maximum context length is 512 tokens\. However, you requested \d+ tokens \(\d+ in the messages, \d+ in the completion\)\. Please reduce the length of the messages or completion\.$/;
+
+// [name, path, body (object or raw string), status, param or null, message regex, headers]
+const CASES = [
+  ['malformed JSON', '/v1/chat/completions', '{"model": ', 400, null, /not valid JSON/],
+  ['body is a list', '/v1/chat/completions', '[1, 2]', 400, null, /JSON object/],
+  ['messages missing', '/v1/chat/completions', { model: MODEL }, 400, 'messages', /required/],
+  ['messages is a string', '/v1/chat/completions', chat({ messages: 'hi' }), 400, 'messages', /list/],
+  ['messages empty', '/v1/chat/completions', chat({ messages: [] }), 400, 'messages', /non-empty/],
+  ['message without role', '/v1/chat/completions', chat({ messages: [{ content: 'x' }] }), 400, 'messages', /role/],
+  ['template raise_exception', '/v1/chat/completions', chat({ messages: [{ role: 'robot', content: 'x' }] }), 400,
+    'messages', /Unknown role: robot/],
+  ['negative temperature', '/v1/chat/completions', chat({ temperature: -0.5 }), 400, 'temperature', />= 0/],
+  ['temperature as string', '/v1/chat/completions', chat({ temperature: 'hot' }), 400, 'temperature', /number/],
+  ['top_p zero', '/v1/chat/completions', chat({ top_p: 0 }), 400, 'top_p', /top_p/],
+  ['top_p above one', '/v1/chat/completions', chat({ top_p: 1.5 }), 400, 'top_p', /top_p/],
+  ['n zero', '/v1/chat/completions', chat({ n: 0 }), 400, 'n', /at least 1/],
+  ['n too large', '/v1/chat/completions', chat({ n: 1000 }), 400, 'n', /at most 64/],
+  ['n as float', '/v1/chat/completions', chat({ n: 1.5 }), 400, 'n', /integer/],
+  ['max_tokens zero', '/v1/chat/completions', chat({ max_tokens: 0 }), 400, 'max_tokens', /at least 1/],
+  ['completion over the context', '/v1/chat/completions', chat({ max_tokens: 10000 }), 400, 'messages', CONTEXT],
+  ['negative stop token id', '/v1/chat/completions', chat({ stop_token_ids: [-1] }), 400, 'stop_token_ids',
+    /vocabulary/],
+  ['stop token id past the vocabulary', '/v1/chat/completions', chat({ stop_token_ids: [99999] }), 400,
+    'stop_token_ids', /vocabulary/],
+  ['stop_token_ids not a list', '/v1/chat/completions', chat({ stop_token_ids: 'abc' }), 400, 'stop_token_ids',
+    /list/],
+  ['top_logprobs without logprobs', '/v1/chat/completions', chat({ top_logprobs: 3 }), 400, 'top_logprobs',
+    /logprobs/],
+  ['top_logprobs too large', '/v1/chat/completions', chat({ logprobs: true, top_logprobs: 50 }), 400,
+    'top_logprobs', /\[0, 20\]/],
+  ['unknown model', '/v1/chat/completions', chat({ model: 'gpt-17' }), 404, 'model', /does not exist/],
+  ['logit_bias', '/v1/chat/completions', chat({ logit_bias: { 17: 5 } }), 400, 'logit_bias', /not supported/],
+  ['json response_format', '/v1/chat/completions', chat({ response_format: { type: 'json_object' } }), 400,
+    'response_format', /not supported/],
+  ['stream with an over-long prompt is a plain 400', '/v1/chat/completions',
+    chat({ stream: true, messages: [{ role: 'user', content: 'word '.repeat(600) }], max_tokens: 8 }), 400,
+    'messages', CONTEXT],
+  ['continue_final_message with add_generation_prompt', '/v1/chat/completions',
+    chat({ continue_final_message: true, add_generation_prompt: true }), 400, 'continue_final_message', /both/],
+  ['broken per-request chat_template', '/v1/chat/completions', chat({ chat_template: '{% for x in %}' }), 400,
+    'messages', /chat template/],
+  ['stream_options without stream', '/v1/chat/completions', chat({ stream_options: { include_usage: true } }), 400,
+    'stream_options', /stream/],
+  ['prompt missing', '/v1/completions', { model: MODEL }, 400, 'prompt', /required/],
+  ['suffix', '/v1/completions', cmpl({ suffix: 'end' }), 400, 'suffix', /suffix/],
+  ['mixed prompt list', '/v1/completions', cmpl({ prompt: ['a', 1] }), 400, 'prompt', /list of strings/],
+  ['empty prompt list', '/v1/completions', cmpl({ prompt: [] }), 400, 'prompt', /empty/],
+  ['token id past the vocabulary', '/v1/completions', cmpl({ prompt: [1, 5000] }), 400, 'prompt', /vocabulary/],
+  ['logprobs above 20', '/v1/completions', cmpl({ logprobs: 21 }), 400, 'logprobs', /\[0, 20\]/],
+  ['best_of below n', '/v1/completions', cmpl({ n: 3, best_of: 2 }), 400, 'best_of', /at least/],
+  ['stream with best_of > n', '/v1/completions', cmpl({ stream: true, best_of: 3 }), 400, 'best_of', /streamed/],
+  ['prompt over the context', '/v1/completions', cmpl({ prompt: Array(600).fill(17) }), 400, 'prompt', CONTEXT],
+  ['min_tokens above max_tokens', '/v1/completions', cmpl({ min_tokens: 10 }), 400, 'min_tokens', /max_tokens/],
+  ['empty stop string', '/v1/completions', cmpl({ stop: [''] }), 400, 'stop', /empty/],
+  ['seed as string', '/v1/completions', cmpl({ seed: 'abc' }), 400, 'seed', /integer/],
+  ['repetition_penalty zero', '/v1/completions', cmpl({ repetition_penalty: 0 }), 400, 'repetition_penalty', /> 0/],
+  ['presence_penalty out of range', '/v1/completions', cmpl({ presence_penalty: 3 }), 400, 'presence_penalty',
+    /\[-2, 2\]/],
+  ['allowed_token_ids', '/v1/completions', cmpl({ allowed_token_ids: [1, 2] }), 400, 'allowed_token_ids',
+    /not supported/],
+  ['truncate_prompt_tokens over the context', '/v1/completions', cmpl({ truncate_prompt_tokens: 100000 }), 400,
+    'truncate_prompt_tokens', /maximum context/],
+  ['detokenize a bad id', '/detokenize', { tokens: [1, -5] }, 400, 'tokens', /vocabulary/],
+  ['tokenize without prompt', '/tokenize', { model: MODEL }, 400, 'prompt', /required/],
+  ['unknown route', '/v1/embeddings', { input: 'x' }, 404, null, /Not Found/],
+  ['missing API key', '/v1/chat/completions', chat({}), 401, null, /API key/, {}],
+  ['wrong API key', '/v1/chat/completions', chat({}), 401, null, /invalid API key/,
+    { Authorization: 'Bearer test-key-0123456780' }],
+  ['body over the limit', '/v1/completions', cmpl({ prompt: 'x'.repeat(100000) }), 413, null, /65536/],
+];
+
+test(`bad input table (${CASES.length} cases): status and OpenAI error shape`, async () => {
+  assert.ok(CASES.length >= 25);
+  const failures = [];
+  for (const [name, path, body, status, param, message, headers] of CASES) {
+    const r = await postJson(`${server.url}${path}`, body, headers ?? auth);
+    const e = r.json?.error;
+    const problems = [];
+    if (r.status !== status) problems.push(`status ${r.status} (want ${status})`);
+    if (!(r.headers.get('content-type') || '').startsWith('application/json')) {
+      problems.push(`content-type ${r.headers.get('content-type')}`);
+    }
+    if (!e || typeof e.message !== 'string' || typeof e.type !== 'string' || !('param' in e) || e.code !== status) {
+      problems.push(`error shape ${r.text.slice(0, 200)}`);
+    } else {
+      if (param !== null && e.param !== param) problems.push(`param ${e.param} (want ${param})`);
+      if (!message.test(e.message)) problems.push(`message "${e.message}" !~ ${message}`);
+    }
+    if (problems.length) failures.push(`${name}: ${problems.join('; ')}`);
+  }
+  assert.deepEqual(failures, []);
+});
+
+test('405 on a wrong method, with Allow', async () => {
+  const r = await fetch(`${server.url}/v1/completions`, { headers: auth });
+  assert.equal(r.status, 405);
+  assert.equal(r.headers.get('allow'), 'POST');
+  assert.equal((await r.json()).error.code, 405);
+});
+
+test('401 carries WWW-Authenticate; /health and /metrics stay open without a key', async () => {
+  const r = await fetch(`${server.url}/v1/models`);
+  assert.equal(r.status, 401);
+  assert.equal(r.headers.get('www-authenticate'), 'Bearer');
+  assert.equal((await fetch(`${server.url}/health`)).status, 200);
+  assert.equal((await fetch(`${server.url}/metrics`)).status, 200);
+});
+
+test('after all that, good requests still succeed (SDK with the key; unknown fields ignored)', async () => {
+  const openai = client(server, { apiKey: KEY });
+  const r = await openai.chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content: 'What is curl?' }], max_tokens: 8, temperature: 0,
+    // Unknown fields are accepted (and logged at debug).
+    some_future_field: { a: 1 },
+  });
+  assert.equal(r.choices.length, 1);
+  assert.ok(r.usage.completion_tokens > 0);
+  const bad = client(server, { apiKey: 'nope' });
+  await assert.rejects(bad.models.list(), (err) => err.status === 401);
+  const c = await openai.completions.create({ model: MODEL, prompt: 'The package', max_tokens: 3 });
+  assert.equal(c.usage.completion_tokens, 3);
+});
