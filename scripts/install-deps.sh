@@ -8,7 +8,7 @@ set -euo pipefail
 
 build_pkgs=(
   build-essential cmake ninja-build pkg-config git
-  libyaml-cpp-dev libboost-dev libboost-filesystem-dev libdlpack-dev
+  libyaml-cpp-dev libboost-dev libboost-filesystem-dev libdlpack-dev libze-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libutf8proc-dev
 )

@@ -124,6 +124,37 @@ std::string Plugin::version_string() const {
                      api_->plugin_version ? api_->plugin_version : "?");
 }
 
+bool Plugin::has_compile() const {
+  return api_->struct_size >= HALO_STRUCT_SIZE(halo_plugin_api, compile) && api_->compile != nullptr;
+}
+
+bool Plugin::has_device_stats() const {
+  return api_->struct_size >= HALO_STRUCT_SIZE(halo_plugin_api, device_get_stats) &&
+         api_->device_get_stats != nullptr;
+}
+
+std::optional<DeviceStats> Plugin::device_stats(int index) const {
+  if (!has_device_stats()) return std::nullopt;
+  halo_device_stats st{};
+  st.struct_size = sizeof(st);
+  halo_device_get_stats_args args{};
+  args.struct_size = sizeof(args);
+  args.device_index = index;
+  args.stats = &st;
+  check(api_->device_get_stats(&args), "device_get_stats");
+  DeviceStats out;
+  out.steps = st.steps;
+  out.tokens = st.tokens;
+  out.device_seconds = st.device_seconds;
+  out.compute_seconds = st.compute_seconds;
+  out.memory_seconds = st.memory_seconds;
+  out.link_seconds = st.link_seconds;
+  const int n = std::clamp(st.num_chips, 0, HALO_MAX_CHIPS);
+  out.chip_memory_used.assign(st.chip_memory_used, st.chip_memory_used + n);
+  out.chip_memory_capacity.assign(st.chip_memory_capacity, st.chip_memory_capacity + n);
+  return out;
+}
+
 void Plugin::check(halo_error* error, const char* what) const {
   if (error == nullptr) return;
   halo_status_code code = api_->error_code(error);
@@ -198,6 +229,13 @@ Executable::Executable(std::shared_ptr<Device> device, const halo_model_spec& sp
                        const std::vector<halo_named_tensor>& weights, halo_limits& limits,
                        const Options& options)
     : device_(std::move(device)) {
+  // A compiled model directory only runs on the plugin it was compiled for.
+  if (spec.struct_size >= HALO_STRUCT_SIZE(halo_model_spec, compiled_target) && spec.compiled_target != nullptr &&
+      device_->plugin().name() != spec.compiled_target) {
+    throw Error(fmt::format("{} is a model compiled for device '{}'; run it with --device {} (not '{}')",
+                            spec.compiled_model_dir ? spec.compiled_model_dir : "the model", spec.compiled_target,
+                            spec.compiled_target, device_->plugin().name()));
+  }
   auto opts = to_c_options(options);
   limits.struct_size = sizeof(limits);
   halo_prepare_args args{};

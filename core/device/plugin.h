@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,14 @@ struct DeviceInfo {
   int max_model_len = 0;
 };
 std::string kind_name(halo_device_kind kind);
+
+// ABI v1.1 device counters (device_get_stats), e.g. a simulator's clock.
+struct DeviceStats {
+  uint64_t steps = 0;
+  uint64_t tokens = 0;
+  double device_seconds = 0, compute_seconds = 0, memory_seconds = 0, link_seconds = 0;
+  std::vector<uint64_t> chip_memory_used, chip_memory_capacity;  // one per chip
+};
 std::string capability_names(uint32_t capabilities);
 
 class Plugin : public std::enable_shared_from_this<Plugin> {
@@ -65,6 +74,12 @@ class Plugin : public std::enable_shared_from_this<Plugin> {
 
   int device_count() const;
   DeviceInfo device_info(int index) const;
+
+  // ABI v1.1 entries; has_*() is false for a v1.0 plugin or a NULL entry.
+  bool has_compile() const;
+  bool has_device_stats() const;
+  // Cumulative counters of device `index`; nullopt when the plugin has none.
+  std::optional<DeviceStats> device_stats(int index) const;
 
   // Throws DeviceError (and destroys the error object) when `error` is set.
   void check(halo_error* error, const char* what) const;

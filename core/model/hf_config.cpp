@@ -32,7 +32,9 @@ ModelConfig::ModelConfig(const ModelConfig& other)
       max_position_embeddings(other.max_position_embeddings),
       sliding_window(other.sliding_window),
       generation(other.generation),
-      architecture_(other.architecture_) {
+      architecture_(other.architecture_),
+      compiled_model_dir_(other.compiled_model_dir_),
+      compiled_target_(other.compiled_target_) {
   repoint();
 }
 ModelConfig::ModelConfig(ModelConfig&& other) noexcept
@@ -46,7 +48,9 @@ ModelConfig::ModelConfig(ModelConfig&& other) noexcept
       max_position_embeddings(other.max_position_embeddings),
       sliding_window(other.sliding_window),
       generation(other.generation),
-      architecture_(std::move(other.architecture_)) {
+      architecture_(std::move(other.architecture_)),
+      compiled_model_dir_(std::move(other.compiled_model_dir_)),
+      compiled_target_(std::move(other.compiled_target_)) {
   repoint();
   other.repoint();
 }
@@ -60,6 +64,8 @@ ModelConfig& ModelConfig::operator=(const ModelConfig& other) {
 ModelConfig& ModelConfig::operator=(ModelConfig&& other) noexcept {
   if (this != &other) {
     architecture_ = std::move(other.architecture_);
+    compiled_model_dir_ = std::move(other.compiled_model_dir_);
+    compiled_target_ = std::move(other.compiled_target_);
     model_type = std::move(other.model_type);
     family = other.family;
     spec = other.spec;

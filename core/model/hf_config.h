@@ -64,13 +64,31 @@ struct ModelConfig {
   std::optional<int32_t> sliding_window;
   GenerationDefaults generation;
 
+  // A model compiled ahead of time (halo compile): its directory and the
+  // plugin it was compiled for; spec.compiled_model_dir / compiled_target
+  // point at these strings (NULL when empty).
+  const std::string& compiled_model_dir() const { return compiled_model_dir_; }
+  const std::string& compiled_target() const { return compiled_target_; }
+  bool is_compiled() const { return !compiled_model_dir_.empty(); }
+  void set_compiled(std::string dir, std::string target) {
+    compiled_model_dir_ = std::move(dir);
+    compiled_target_ = std::move(target);
+    repoint();
+  }
+
   bool tied_embeddings() const { return (spec.flags & HALO_MODEL_TIED_EMBEDDINGS) != 0; }
   bool qkv_bias() const { return (spec.flags & HALO_MODEL_QKV_BIAS) != 0; }
   bool qk_norm() const { return (spec.flags & HALO_MODEL_QK_NORM) != 0; }
 
  private:
-  void repoint() noexcept { spec.architecture = architecture_.c_str(); }
+  void repoint() noexcept {
+    spec.architecture = architecture_.c_str();
+    spec.compiled_model_dir = compiled_model_dir_.empty() ? nullptr : compiled_model_dir_.c_str();
+    spec.compiled_target = compiled_target_.empty() ? nullptr : compiled_target_.c_str();
+  }
   std::string architecture_;
+  std::string compiled_model_dir_;
+  std::string compiled_target_;
 };
 
 // Architectures accepted, in the order they are listed in error messages.

@@ -62,6 +62,8 @@ const DLTensor* LoadedModel::find(std::string_view canonical_name) const {
   return it == impl_->by_name.end() ? nullptr : it->second;
 }
 
+bool LoadedModel::is_compiled() const { return impl_->config.is_compiled(); }
+
 std::vector<std::filesystem::path> LoadedModel::files() const {
   std::vector<std::filesystem::path> out;
   for (const auto& f : impl_->files) out.push_back(f->path());
@@ -72,6 +74,21 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
   auto impl = std::make_unique<Impl>();
   impl->config = load_model_config(model_dir);
   const ModelConfig& cfg = impl->config;
+
+  // A compiled model directory: the plugin reads its own files.
+  const std::filesystem::path manifest_path = model_dir / "manifest.json";
+  if (std::filesystem::exists(manifest_path)) {
+    std::ifstream in(manifest_path, std::ios::binary);
+    nlohmann::json manifest = nlohmann::json::parse(in, nullptr, false);
+    if (manifest.is_object() && manifest.value("format", "").rfind("halo-compiled-model/", 0) == 0) {
+      if (!manifest.contains("target") || !manifest["target"].is_string())
+        throw Error(fmt::format("{}: compiled model manifest has no \"target\"", manifest_path.string()));
+      impl->config.set_compiled(std::filesystem::absolute(model_dir).lexically_normal().string(),
+                                manifest["target"].get<std::string>());
+      spdlog::debug("{}: compiled model for device '{}'", model_dir.string(), cfg.compiled_target());
+      return LoadedModel(std::move(impl));
+    }
+  }
 
   // Where each HF tensor lives: one file, or the shards of an index.
   const std::filesystem::path single = model_dir / "model.safetensors";

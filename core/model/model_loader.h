@@ -26,6 +26,10 @@ class LoadedModel {
   // or the shards model.safetensors.index.json names. Every expected tensor
   // must exist with its exact shape and an F32/BF16/F16 dtype; extra tensors
   // are ignored. Throws halo::Error naming the file and tensor.
+  // A compiled model directory (halo compile: a manifest.json whose "format"
+  // is "halo-compiled-model/1" next to config.json and the tokenizer files)
+  // loads with no weights: config().compiled_model_dir() and the spec's
+  // compiled_model_dir / compiled_target tell the plugin where to read it.
   static LoadedModel load(const std::filesystem::path& model_dir);
 
   LoadedModel(LoadedModel&&) noexcept;
@@ -41,6 +45,7 @@ class LoadedModel {
   std::span<const halo_named_tensor> weights() const;
   // The weight with this canonical name, or null.
   const DLTensor* find(std::string_view canonical_name) const;
+  bool is_compiled() const;
   // Bytes of all canonical weights (slices of fused tensors counted once each).
   uint64_t weight_bytes() const;
   // The safetensors files mapped, in the order they were opened.

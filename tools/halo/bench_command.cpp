@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -14,6 +15,7 @@
 
 #include "commands.h"
 #include "common/error.h"
+#include "device/plugin.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace halo::tools {
@@ -45,6 +47,7 @@ struct RunResult {
   double peak_kv = 0;
   uint64_t preemptions = 0;
   size_t max_batch = 0;
+  std::optional<device::DeviceStats> device;  // device counters over the run (ABI v1.1 device_get_stats)
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -156,6 +159,20 @@ nlohmann::ordered_json report(const char* name, const RunResult& r, size_t reque
   j["peak_kv_cache_usage"] = r.peak_kv;
   j["max_running"] = r.max_batch;
   j["preemptions"] = r.preemptions;
+  if (r.device && r.device->device_seconds > 0) {  // e.g. the rbln simulator's clock
+    const auto& d = *r.device;
+    nlohmann::ordered_json dj;
+    dj["steps"] = d.steps;
+    dj["seconds"] = d.device_seconds;
+    dj["output_tokens_per_s"] = r.output_tokens / d.device_seconds;
+    dj["total_tokens_per_s"] = (r.input_tokens + r.output_tokens) / d.device_seconds;
+    dj["compute_share"] = d.compute_seconds / d.device_seconds;
+    dj["memory_share"] = d.memory_seconds / d.device_seconds;
+    dj["link_share"] = d.link_seconds / d.device_seconds;
+    dj["chip_memory_used_bytes"] = d.chip_memory_used;
+    dj["chip_memory_capacity_bytes"] = d.chip_memory_capacity;
+    j["device"] = dj;
+  }
   return j;
 }
 
@@ -170,7 +187,22 @@ void print_report(const nlohmann::ordered_json& j) {
              j["step_ms_p90"].get<double>(), j["step_ms_p99"].get<double>());
   fmt::print("{:<26} {:.1f}%\n", "peak KV cache usage", 100 * j["peak_kv_cache_usage"].get<double>());
   fmt::print("{:<26} {}\n", "max running", j["max_running"].get<size_t>());
-  fmt::print("{:<26} {}\n\n", "preemptions", j["preemptions"].get<uint64_t>());
+  fmt::print("{:<26} {}\n", "preemptions", j["preemptions"].get<uint64_t>());
+  if (j.contains("device")) {
+    const auto& d = j["device"];
+    fmt::print("{:<26} {:.4f} s ({} programs)\n", "device time (simulated)", d["seconds"].get<double>(),
+               d["steps"].get<uint64_t>());
+    fmt::print("{:<26} {:.1f}\n", "device output tokens/s", d["output_tokens_per_s"].get<double>());
+    fmt::print("{:<26} {:.1f}\n", "device total tokens/s", d["total_tokens_per_s"].get<double>());
+    fmt::print("{:<26} {:.1f}% / {:.1f}% / {:.1f}%\n", "compute / memory / link", 100 * d["compute_share"].get<double>(),
+               100 * d["memory_share"].get<double>(), 100 * d["link_share"].get<double>());
+    const auto used = d["chip_memory_used_bytes"].get<std::vector<uint64_t>>();
+    const auto cap = d["chip_memory_capacity_bytes"].get<std::vector<uint64_t>>();
+    for (size_t c = 0; c < used.size(); ++c)
+      fmt::print("{:<26} {:.1f} MiB of {:.1f} MiB\n", fmt::format("chip {} memory", c), used[c] / 1048576.0,
+                 cap[c] / 1048576.0);
+  }
+  fmt::print("\n");
 }
 
 void run_throughput(const BenchOptions& o) {
@@ -199,13 +231,25 @@ void run_throughput(const BenchOptions& o) {
                dir.filename().string(), params / 1e6, o.engine.device);
 
   uint64_t next_id = 0;
+  // The same library the engine loaded (dlopen returns it again): its device counters.
+  auto plugin = device::Plugin::load(o.engine.device);
   auto timed = [&](auto&& body) {
     RunResult r;
     uint64_t pre0 = eng.stats().num_preemptions;
+    auto dev0 = plugin->device_stats(o.engine.device_index);
     auto t0 = std::chrono::steady_clock::now();
     body(r);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.preemptions = eng.stats().num_preemptions - pre0;
+    if (auto dev1 = plugin->device_stats(o.engine.device_index); dev0 && dev1) {
+      r.device = *dev1;
+      r.device->steps -= dev0->steps;
+      r.device->tokens -= dev0->tokens;
+      r.device->device_seconds -= dev0->device_seconds;
+      r.device->compute_seconds -= dev0->compute_seconds;
+      r.device->memory_seconds -= dev0->memory_seconds;
+      r.device->link_seconds -= dev0->link_seconds;
+    }
     return r;
   };
   RunResult batched = timed([&](RunResult& r) { run_batch(eng, items, 0, items.size(), r, next_id); });

@@ -1,4 +1,5 @@
-/* halo device plugin ABI, version 1.
+/* halo device plugin ABI, version 1.1 (1.1 appended compile, device_get_stats and
+ * halo_model_spec.compiled_model_dir / compiled_target).
  *
  * A device plugin is a shared library that exports one symbol,
  *
@@ -37,7 +38,7 @@ extern "C" {
 #endif
 
 #define HALO_ABI_VERSION_MAJOR 1
-#define HALO_ABI_VERSION_MINOR 0
+#define HALO_ABI_VERSION_MINOR 1
 
 /* Name of the one symbol every plugin exports. */
 #define HALO_PLUGIN_ENTRY_SYMBOL "halo_plugin_get_api"
@@ -174,6 +175,11 @@ typedef struct halo_model_spec {
   int32_t rope_original_max_position; /* LLAMA3 */
   halo_activation activation;
   uint32_t flags; /* HALO_MODEL_* bits */
+  /* v1.1: a model compiled ahead of time (halo compile) is a directory the
+   * plugin reads itself; prepare then gets no weights. NULL for a plain
+   * Hugging Face model. compiled_target names the plugin it was built for. */
+  const char* compiled_model_dir;
+  const char* compiled_target;
 } halo_model_spec;
 
 /* Weights use canonical names, whatever the checkpoint called them:
@@ -292,6 +298,52 @@ typedef struct halo_buffer_to_host_args {
   DLTensor* host; /* caller-allocated */
 } halo_buffer_to_host_args;
 
+/* ------------------------------------------------- v1.1: compile, stats */
+
+/* Ahead-of-time compilation for a static-shape device: shards and converts
+ * the weights and writes a compiled model directory (a manifest plus whatever
+ * the plugin needs) to out_dir. Options are plugin specific (e.g.
+ * batch_size, max_seq_len, tensor_parallel_size, dtype, decode_buckets,
+ * dry_run=1 to check and estimate without writing). The plugin writes a
+ * NUL-terminated JSON summary (memory per chip, estimates) into `summary` when
+ * it is not NULL, truncated to summary_capacity bytes. */
+typedef struct halo_compile_args {
+  size_t struct_size;
+  int32_t device_index;
+  const halo_model_spec* spec;
+  const halo_named_tensor* weights;
+  size_t num_weights;
+  const halo_option* options;
+  size_t num_options;
+  const char* out_dir;
+  char* summary;           /* out, caller-allocated, may be NULL */
+  size_t summary_capacity;
+} halo_compile_args;
+
+#define HALO_MAX_CHIPS 16
+
+/* Cumulative counters of a device since the plugin was loaded (a simulator
+ * reports simulated time; a real device may report only what it knows and
+ * leaves the rest 0). */
+typedef struct halo_device_stats {
+  size_t struct_size;
+  uint64_t steps;                 /* programs executed */
+  uint64_t tokens;                /* rows computed, padding included */
+  double device_seconds;          /* device time of all steps */
+  double compute_seconds;         /* compute-bound share */
+  double memory_seconds;          /* memory-bound share */
+  double link_seconds;            /* chip-to-chip share */
+  int32_t num_chips;
+  uint64_t chip_memory_used[HALO_MAX_CHIPS];
+  uint64_t chip_memory_capacity[HALO_MAX_CHIPS];
+} halo_device_stats;
+
+typedef struct halo_device_get_stats_args {
+  size_t struct_size;
+  int32_t device_index;
+  halo_device_stats* stats; /* out: caller sets its struct_size */
+} halo_device_get_stats_args;
+
 /* ---------------------------------------------------------- the table */
 
 typedef struct halo_plugin_api {
@@ -328,6 +380,10 @@ typedef struct halo_plugin_api {
   halo_error* (*buffer_from_host)(halo_buffer_from_host_args* args);
   halo_error* (*buffer_to_host)(halo_buffer_to_host_args* args);
   void (*buffer_destroy)(halo_buffer* buffer);
+
+  /* v1.1 (NULL when unsupported; check struct_size first). */
+  halo_error* (*compile)(halo_compile_args* args);
+  halo_error* (*device_get_stats)(halo_device_get_stats_args* args);
 } halo_plugin_api;
 
 typedef const halo_plugin_api* (*halo_plugin_get_api_fn)(void);

@@ -2,6 +2,7 @@
 // C++ exceptions (PluginError carries the ABI status code); every exported
 // function converts them to a halo_error at the boundary (see guarded()).
 #pragma once
+#include <type_traits>
 
 #include <exception>
 #include <new>
@@ -73,13 +74,24 @@ halo_error* guarded(const char* where, F&& f) noexcept {
   }
 }
 
+// Size of T in ABI v1.0: what the oldest caller passes. Structs that grew in
+// a later minor version name their last v1.0 field here.
+template <class T>
+constexpr size_t v10_size() {
+  if constexpr (std::is_same_v<T, halo_model_spec>) return HALO_STRUCT_SIZE(halo_model_spec, flags);
+  return sizeof(T);
+}
+
 // Checks an argument struct pointer and its struct_size against the v1.0 size.
 template <class T>
 void check_args(const char* where, const T* args, const char* name = "args") {
   if (args == nullptr) invalid(name, " is NULL");
-  if (args->struct_size < sizeof(T))
-    invalid(name, "->struct_size=", args->struct_size, " is smaller than the v1.0 size ", sizeof(T));
+  if (args->struct_size < v10_size<T>())
+    invalid(name, "->struct_size=", args->struct_size, " is smaller than the v1.0 size ", v10_size<T>());
   (void)where;
 }
+
+// Whether the caller's struct holds `field` (it may be older than ours).
+#define HALO_HAS_FIELD(ptr, type, field) ((ptr)->struct_size >= HALO_STRUCT_SIZE(type, field))
 
 }  // namespace halo::cpu

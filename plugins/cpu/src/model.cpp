@@ -116,6 +116,12 @@ int raw_enum(const E& e) {
 
 void validate_spec(const halo_model_spec* s) {
   check_args("prepare", s, "prepare: spec");
+#if HALO_ABI_VERSION_MINOR >= 1
+  if (HALO_HAS_FIELD(s, halo_model_spec, compiled_model_dir) && s->compiled_model_dir != nullptr)
+    throw PluginError(HALO_STATUS_UNIMPLEMENTED,
+                      cat("prepare: the cpu plugin runs Hugging Face weights, not a compiled model (",
+                          s->compiled_model_dir, "); serve it with the device it was compiled for"));
+#endif
   auto positive = [](const char* name, int32_t v) {
     if (v <= 0) invalid("prepare: spec.", name, "=", v, " must be positive");
   };

@@ -233,6 +233,10 @@ constexpr halo_plugin_api kApi = {
     buffer_from_host,
     buffer_to_host,
     buffer_destroy,
+#if HALO_ABI_VERSION_MINOR >= 1
+    nullptr,  // compile: the CPU runs Hugging Face weights directly
+    nullptr,  // device_get_stats
+#endif
 };
 
 }  // namespace

@@ -1,0 +1,93 @@
+// The simulated clock: a roofline per operator on each chip plus the RSD link.
+//
+//   op time   = max(FLOPs / (peak * compute_efficiency), DRAM bytes / (bandwidth * dram_efficiency))
+//               (counted as compute time when the FLOPs term wins, memory time otherwise)
+//   matmul    : FLOPs 2*M*K*N; DRAM bytes = weights K*N*wbytes once when the M rows of activations
+//               (M*(K+N)*activation_bytes) fit in SRAM, else weights once per SRAM-sized pass plus the
+//               activations themselves.
+//   attention : FLOPs 4*ctx*head_dim per query head; DRAM bytes = K and V of ctx tokens of the chip's kv heads.
+//   all-reduce: ring over n chips: 2*(n-1)/n * bytes / link_bandwidth + 2*(n-1) * link_latency, after the
+//               o and down products of every layer (bytes = rows * hidden * activation_bytes).
+//   all-gather: the logits shards, (n-1)/n * bytes / link_bandwidth + (n-1) * link_latency.
+//   + launch_overhead once per execution. Elementwise ops (norms, RoPE, SiLU) run from SRAM and are not
+//   charged. Chips run in lockstep; the step costs what the most loaded chip costs.
+#include <algorithm>
+#include <cmath>
+
+#include "sim.h"
+
+namespace rbln::sim {
+namespace {
+
+struct Acc {
+  const Profile& p;
+  ze_rbln_cost_t c{};
+  void op(double flops, double bytes) {
+    const double tc = flops / (p.peak_flops * p.compute_efficiency);
+    const double tm = bytes / (p.dram_bandwidth * p.dram_efficiency);
+    if (tc >= tm)
+      c.compute_s += tc;
+    else
+      c.memory_s += tm;
+    c.flops += flops;
+    c.dram_bytes += bytes;
+  }
+  void matmul(double M, double K, double N, double wbytes) {
+    const double weights = K * N * wbytes;
+    const double act = M * (K + N) * p.activation_bytes;
+    const double passes = std::max(1.0, std::ceil(act / std::max(1.0, p.sram_bytes)));
+    op(2.0 * M * K * N, weights * passes + (passes > 1 ? act : 0.0));
+  }
+  void all_reduce(double n, double bytes) {
+    if (n <= 1) return;
+    c.link_s += 2.0 * (n - 1) / n * bytes / p.link_bandwidth + 2.0 * (n - 1) * p.link_latency;
+    c.link_bytes += 2.0 * (n - 1) / n * bytes;
+  }
+  void all_gather(double n, double bytes) {
+    if (n <= 1) return;
+    c.link_s += (n - 1) / n * bytes / p.link_bandwidth + (n - 1) * p.link_latency;
+    c.link_bytes += (n - 1) / n * bytes;
+  }
+};
+
+}  // namespace
+
+ze_rbln_cost_t estimate(const Profile& p, const ze_rbln_graph_desc_t& d, const int32_t* ctx_lens, uint32_t num_logits) {
+  const ze_rbln_decoder_desc_t& m = *d.model;
+  const uint32_t n = std::max<uint32_t>(1, d.num_devices);
+  const double wb = m.weight_dtype == ZE_RBLN_DTYPE_FP32 ? 4.0 : 2.0;
+  const double R = d.rows, H = m.hidden, hd = m.head_dim;
+  ze_rbln_cost_t worst{};
+  for (uint32_t c = 0; c < n; ++c) {
+    Acc a{p};
+    const double hq = ze_rbln_split(m.heads, c + 1, n) - ze_rbln_split(m.heads, c, n);
+    const double hkv = ze_rbln_kv_hi(&m, c, n) - ze_rbln_kv_lo(&m, c, n);
+    const double ic = ze_rbln_split(m.intermediate, c + 1, n) - ze_rbln_split(m.intermediate, c, n);
+    const double vc = ze_rbln_split(m.vocab, c + 1, n) - ze_rbln_split(m.vocab, c, n);
+    double ctx_sum = 0;
+    for (uint32_t r = 0; r < d.rows; ++r) ctx_sum += ctx_lens ? std::max(0, ctx_lens[r]) : 0;
+    a.op(0, R * H * wb);  // embedding rows
+    for (uint32_t l = 0; l < m.layers; ++l) {
+      a.matmul(R, H, hq * hd, wb);
+      a.matmul(R, H, hkv * hd, wb);
+      a.matmul(R, H, hkv * hd, wb);
+      a.op(4.0 * ctx_sum * hd * hq, 2.0 * ctx_sum * hkv * hd * p.kv_bytes + 2.0 * R * hkv * hd * p.kv_bytes);
+      a.matmul(R, hq * hd, H, wb);
+      a.all_reduce(n, R * H * p.activation_bytes);
+      a.matmul(R, H, ic, wb);
+      a.matmul(R, H, ic, wb);
+      a.matmul(R, ic, H, wb);
+      a.all_reduce(n, R * H * p.activation_bytes);
+    }
+    if (num_logits > 0) {
+      a.matmul(num_logits, H, vc, wb);
+      a.all_gather(n, double(num_logits) * m.vocab * 4.0);
+    }
+    a.c.overhead_s = p.launch_overhead;
+    a.c.total_s = a.c.compute_s + a.c.memory_s + a.c.link_s + a.c.overhead_s;
+    if (c == 0 || a.c.total_s > worst.total_s) worst = a.c;
+  }
+  return worst;
+}
+
+}  // namespace rbln::sim

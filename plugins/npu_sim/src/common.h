@@ -1,0 +1,113 @@
+// Shared pieces of the rbln plugin: errors (C++ exceptions inside, halo_error
+// at the ABI boundary), the driver session over the Level Zero API of the
+// simulated device, and the compiled-model manifest helpers.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <new>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "halo/device_abi.h"
+#include "rbln_sim/ze_rbln_ext.h"
+
+struct halo_error {
+  halo_status_code code;
+  std::string message;
+};
+
+namespace halo::rbln {
+
+inline constexpr const char* kCompilerVersion = "halo-rbln 0.1.0";
+inline constexpr int kCompilerMajor = 0;
+inline constexpr const char* kFormat = "halo-compiled-model/1";
+
+class PluginError : public std::exception {
+ public:
+  PluginError(halo_status_code code, std::string message) : code_(code), message_(std::move(message)) {}
+  halo_status_code code() const noexcept { return code_; }
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  halo_status_code code_;
+  std::string message_;
+};
+
+template <class... A>
+std::string cat(const A&... a) {
+  std::ostringstream os;
+  (os << ... << a);
+  return os.str();
+}
+template <class... A>
+[[noreturn]] void fail(halo_status_code code, const A&... a) {
+  throw PluginError(code, cat(a...));
+}
+template <class... A>
+[[noreturn]] void invalid(const A&... a) {
+  throw PluginError(HALO_STATUS_INVALID_ARGUMENT, cat(a...));
+}
+
+halo_error* make_error(halo_status_code code, const char* where, const char* message) noexcept;
+
+template <class F>
+halo_error* guarded(const char* where, F&& f) noexcept {
+  try {
+    f();
+    return nullptr;
+  } catch (const PluginError& e) {
+    return make_error(e.code(), where, e.what());
+  } catch (const std::bad_alloc&) {
+    return make_error(HALO_STATUS_OUT_OF_MEMORY, where, "out of host memory");
+  } catch (const std::exception& e) {
+    return make_error(HALO_STATUS_INTERNAL, where, e.what());
+  } catch (...) {
+    return make_error(HALO_STATUS_INTERNAL, where, "unknown exception");
+  }
+}
+
+template <class T>
+void check_args(const T* args, const char* name) {
+  if (args == nullptr) invalid(name, " is NULL");
+  if (args->struct_size < sizeof(T))
+    invalid(name, "->struct_size=", args->struct_size, " is smaller than the v1.0 size ", sizeof(T));
+}
+
+// Throws a PluginError for a failed driver call, with the driver's message.
+void ze_check(ze_result_t r, const char* what);
+
+// Options as a map (unknown keys are ignored by the callers).
+std::map<std::string, std::string, std::less<>> option_map(const halo_option* options, size_t n, const char* where);
+int64_t option_int(const std::map<std::string, std::string, std::less<>>& m, const char* key, int64_t def,
+                   int64_t lo, int64_t hi, const char* where);
+
+// The process-wide driver session: the simulated driver configured with the
+// device profile, its chips and one context.
+struct Driver {
+  ze_driver_handle_t driver = nullptr;
+  ze_context_handle_t context = nullptr;
+  std::vector<ze_device_handle_t> chips;
+  ze_rbln_sim_properties_t props{};
+  std::string profile;  // path given to the simulator
+};
+// Opens (or reuses) the session; `profile` empty: HALO_RBLN_PROFILE, else the
+// installed/in-tree configs/rbln-atom.yaml. Thread-safe.
+Driver& driver(const std::string& profile = "", uint32_t host_threads = 0);
+
+// The model description graphs are built from, from a spec.
+struct ModelDims {
+  ze_rbln_decoder_desc_t desc{};
+  std::vector<double> inv_freq;
+};
+ModelDims model_dims(const halo_model_spec& s, uint32_t weight_dtype);
+nlohmann::json spec_to_json(const halo_model_spec& s);
+
+}  // namespace halo::rbln

@@ -1,0 +1,383 @@
+// Ahead-of-time compilation (halo compile --device rbln): checks the static
+// shapes and the memory of every chip, shards and converts the weights per
+// chip (RSD tensor parallelism), and writes the compiled model directory:
+//   manifest.json          format, target, compiler version, spec, batch size, max sequence
+//                          length, KV block size, chips, dtype, programs, memory per chip
+//   chip<c>.safetensors    the weights of chip c, pre-sharded, in the compiled dtype
+//   programs/<name>.json   the static programs (prefill chunk, decode buckets) as graph descriptors
+// The caller (halo compile) adds config.json, generation_config.json and the tokenizer files.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "halo/kernels/dtype.h"
+#include "runtime.h"
+
+namespace halo::rbln {
+namespace {
+namespace fs = std::filesystem;
+using kernels::DType;
+
+struct Src {
+  const char* data = nullptr;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+};
+
+DType src_dtype(const std::string& name, DLDataType t) {
+  if (t.lanes == 1) {
+    if (t.code == kDLFloat && t.bits == 32) return DType::F32;
+    if (t.code == kDLBfloat && t.bits == 16) return DType::BF16;
+    if (t.code == kDLFloat && t.bits == 16) return DType::F16;
+  }
+  invalid("compile: weight '", name, "' has an unsupported dtype (float32, bfloat16 or float16)");
+}
+
+// One tensor of a chip file: where its values come from.
+struct Out {
+  std::string name;
+  DType dtype;            // stored dtype
+  std::vector<int64_t> shape;
+  const Src* src = nullptr;
+  int64_t row_lo = 0, rows = 0;  // source rows
+  int64_t col_lo = 0, cols = 0;  // source columns (== all for a row slice)
+  uint64_t bytes() const { return uint64_t(rows) * uint64_t(cols) * kernels::dtype_size(dtype); }
+};
+
+void convert_row(const char* src, DType st, size_t n, DType dt, std::vector<char>& out) {
+  const size_t start = out.size();
+  out.resize(start + n * kernels::dtype_size(dt));
+  char* dst = out.data() + start;
+  if (st == dt) {
+    std::memcpy(dst, src, n * kernels::dtype_size(dt));
+    return;
+  }
+  std::vector<float> f(n);
+  kernels::to_f32(src, st, f.data(), n);
+  if (dt == DType::F32) {
+    std::memcpy(dst, f.data(), n * 4);
+  } else {
+    auto* d16 = reinterpret_cast<uint16_t*>(dst);
+    for (size_t i = 0; i < n; ++i) d16[i] = dt == DType::BF16 ? kernels::f32_to_bf16(f[i]) : kernels::f32_to_f16(f[i]);
+  }
+}
+
+const char* st_name(DType t) { return t == DType::F32 ? "F32" : t == DType::BF16 ? "BF16" : "F16"; }
+
+void write_chip_file(const fs::path& path, const std::vector<Out>& outs) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  uint64_t off = 0;
+  for (const Out& o : outs) {
+    header[o.name] = {{"dtype", st_name(o.dtype)}, {"shape", o.shape}, {"data_offsets", {off, off + o.bytes()}}};
+    off += o.bytes();
+  }
+  header["__metadata__"] = {{"format", "halo-rbln-shard"}};
+  std::string h = header.dump();
+  while (h.size() % 8) h += ' ';
+  std::ofstream f(path, std::ios::binary);
+  if (!f) fail(HALO_STATUS_INTERNAL, "compile: cannot write ", path.string());
+  const uint64_t n = h.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f.write(h.data(), static_cast<std::streamsize>(h.size()));
+  std::vector<char> buf;
+  for (const Out& o : outs) {
+    const size_t es = kernels::dtype_size(o.src->dtype);
+    const int64_t src_cols = o.src->shape.size() > 1 ? o.src->shape[1] : o.src->shape[0];
+    for (int64_t r = 0; r < o.rows; ++r) {
+      buf.clear();
+      convert_row(o.src->data + (size_t(o.row_lo + r) * size_t(src_cols) + size_t(o.col_lo)) * es, o.src->dtype,
+                  size_t(o.cols), o.dtype, buf);
+      f.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+    }
+  }
+  if (!f) fail(HALO_STATUS_INTERNAL, "compile: writing ", path.string(), " failed (disk full?)");
+}
+
+std::string gib(double b) {
+  std::ostringstream os;
+  os.precision(3);
+  os << std::fixed << b / double(1ull << 30) << " GiB";
+  return os.str();
+}
+
+}  // namespace
+
+// Names of the weight slots in chip files.
+std::string slot_name(uint32_t slot) {
+  static const char* global[] = {"embed", "final_norm", "lm_head"};
+  static const char* layer[] = {"attn_norm", "q", "k", "v", "q_bias", "k_bias", "v_bias",
+                                "q_norm", "k_norm", "o", "mlp_norm", "gate", "up", "down"};
+  if (slot < ZE_RBLN_W_GLOBAL) return global[slot];
+  const uint32_t l = (slot - ZE_RBLN_W_GLOBAL) / ZE_RBLN_L_SLOTS, s = (slot - ZE_RBLN_W_GLOBAL) % ZE_RBLN_L_SLOTS;
+  return cat("layers.", l, ".", layer[s]);
+}
+
+void compile(halo_compile_args* a) {
+  check_args(a, "compile: args");
+  if (a->struct_size < sizeof(halo_compile_args)) invalid("compile: args->struct_size=", a->struct_size, " is too small");
+  if (a->device_index != 0) fail(HALO_STATUS_OUT_OF_RANGE, "compile: device_index=", a->device_index, " is outside [0, 1)");
+  if (a->spec == nullptr) invalid("compile: spec is NULL");
+  const halo_model_spec& s = *a->spec;
+  const auto opts = option_map(a->options, a->num_options, "compile");
+  auto pit = opts.find("profile");
+  Driver& d = driver(pit == opts.end() ? "" : pit->second);
+  const int64_t chips = d.chips.size();
+  const bool dry = option_int(opts, "dry_run", 0, 0, 1, "compile") == 1;
+  const int64_t batch = option_int(opts, "batch_size", 1, 1, 1 << 20, "compile");
+  const int64_t max_len = option_int(opts, "max_seq_len", s.max_position_embeddings, 1, 1 << 24, "compile");
+  const int64_t tp = option_int(opts, "tensor_parallel_size", 1, 1, 1 << 20, "compile");
+  const int64_t chunk = d.props.prefill_chunk_size;
+
+  if (s.num_layers <= 0 || s.hidden_size <= 0 || s.num_heads <= 0 || s.num_kv_heads <= 0 || s.head_dim <= 0 ||
+      s.vocab_size <= 0 || s.intermediate_size <= 0 || s.num_heads % s.num_kv_heads != 0 || s.head_dim % 2)
+    invalid("compile: the model spec is inconsistent");
+  if (max_len > s.max_position_embeddings)
+    invalid("compile: --max-seq-len=", max_len, " exceeds the model's max_position_embeddings=", s.max_position_embeddings);
+  if (tp > chips)
+    invalid("compile: --tensor-parallel-size=", tp, " needs ", tp, " chips but the device profile (", d.props.profile_path,
+            ") has ", chips);
+  if (tp > 1 && !d.props.rsd)
+    invalid("compile: --tensor-parallel-size=", tp, " needs RSD chip-to-chip links, which this device profile lacks");
+  if (s.num_heads % tp != 0)
+    invalid("compile: --tensor-parallel-size=", tp, " does not divide num_attention_heads=", s.num_heads,
+            " (each chip must own whole query heads)");
+  const bool kv_replicated = s.num_kv_heads % tp != 0;
+
+  // dtype: bf16 or fp16 (the NPU does not compute in fp32); default: the checkpoint's if 16-bit, else bf16.
+  DType dt = DType::BF16;
+  std::string dtype_name = "bf16";
+  auto dit = opts.find("dtype");
+  if (dit != opts.end() && !dit->second.empty() && dit->second != "auto") {
+    if (dit->second == "bf16" || dit->second == "bfloat16") {
+      dt = DType::BF16;
+    } else if (dit->second == "fp16" || dit->second == "float16") {
+      dt = DType::F16;
+      dtype_name = "fp16";
+    } else {
+      invalid("compile: --dtype=", dit->second, " is not supported: the ATOM computes in bf16 or fp16");
+    }
+  } else if (a->num_weights > 0 && a->weights && a->weights[0].tensor) {
+    const DLDataType t = a->weights[0].tensor->dtype;
+    if (t.code == kDLFloat && t.bits == 16) {
+      dt = DType::F16;
+      dtype_name = "fp16";
+    }
+  }
+  const uint32_t ze_dt = dt == DType::F16 ? ZE_RBLN_DTYPE_FP16 : ZE_RBLN_DTYPE_BF16;
+
+  // Decode buckets: given, or halving from the batch size (vllm-rbln's decoder_batch_sizes).
+  std::vector<int32_t> buckets;
+  auto bit = opts.find("decode_buckets");
+  if (bit != opts.end() && !bit->second.empty()) {
+    std::stringstream ss(bit->second);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      std::map<std::string, std::string, std::less<>> one{{"bucket", item}};
+      buckets.push_back(static_cast<int32_t>(option_int(one, "bucket", 0, 1, batch, "compile: --decode-buckets")));
+    }
+  } else {
+    for (int64_t b = batch; b >= 1; b /= 2) buckets.push_back(static_cast<int32_t>(b));
+  }
+  std::sort(buckets.rbegin(), buckets.rend());
+  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
+  if (buckets.empty() || buckets.front() != batch)
+    invalid("compile: --decode-buckets must include the batch size ", batch);
+
+  ModelDims dims = model_dims(s, ze_dt);
+  const ze_rbln_decoder_desc_t& m = dims.desc;
+  const uint64_t wb = kernels::dtype_size(dt);
+  const uint64_t H = m.hidden, hd = m.head_dim;
+
+  // Memory per chip: weights + KV (batch x max_seq_len, fp32) + logits buffer.
+  const uint32_t n = static_cast<uint32_t>(tp);
+  nlohmann::json mem = nlohmann::json::array();
+  std::string refuse;
+  for (uint32_t c = 0; c < n; ++c) {
+    const uint64_t nq = ze_rbln_split(m.heads, c + 1, n) - ze_rbln_split(m.heads, c, n);
+    const uint64_t nkv = ze_rbln_kv_hi(&m, c, n) - ze_rbln_kv_lo(&m, c, n);
+    const uint64_t ic = ze_rbln_split(m.intermediate, c + 1, n) - ze_rbln_split(m.intermediate, c, n);
+    const uint64_t vc = ze_rbln_split(m.vocab, c + 1, n) - ze_rbln_split(m.vocab, c, n);
+    uint64_t per_layer = 2 * H * 4 + (nq * hd * H + 2 * nkv * hd * H + H * nq * hd + 3 * H * ic) * wb;
+    if (m.flags & ZE_RBLN_MODEL_QKV_BIAS) per_layer += (nq + 2 * nkv) * hd * 4;
+    if (m.flags & ZE_RBLN_MODEL_QK_NORM) per_layer += 2 * hd * 4;
+    const uint64_t weights = uint64_t(m.vocab) * H * wb + H * 4 + vc * H * wb + per_layer * m.layers;
+    const uint64_t kv = uint64_t(batch) * uint64_t(max_len) * m.layers * 2 * nkv * hd * 4;
+    const uint64_t logits = c == 0 ? uint64_t(std::max<int64_t>(batch, chunk)) * m.vocab * 4 : 0;
+    const uint64_t total = weights + kv + logits;
+    const uint64_t cap = d.props.memory_per_chip;
+    mem.push_back({{"chip", c}, {"weights_bytes", weights}, {"kv_bytes", kv}, {"buffers_bytes", logits},
+                   {"total_bytes", total}, {"capacity_bytes", cap}});
+    if (total > cap && refuse.empty())
+      refuse = cat("compile: the model does not fit: chip ", c, " needs ", total, " bytes (", gib(double(total)),
+                   ": weights ", gib(double(weights)), " + KV cache ", gib(double(kv)), " for batch ", batch, " x max_seq_len ",
+                   max_len, " + buffers ", gib(double(logits)), ") but has ", cap, " bytes (", gib(double(cap)),
+                   " usable per chip); use a larger --tensor-parallel-size, a smaller --batch-size or --max-seq-len");
+  }
+
+  // Programs and their estimated cost at full context.
+  std::vector<ze_device_handle_t> devs(d.chips.begin(), d.chips.begin() + tp);
+  auto estimate = [&](ze_rbln_graph_kind_t kind, uint32_t rows, int32_t ctx) {
+    ze_rbln_graph_desc_t gd{};
+    gd.kind = kind;
+    gd.rows = rows;
+    gd.max_seq_len = static_cast<uint32_t>(max_len);
+    gd.model = &m;
+    gd.num_devices = n;
+    gd.devices = devs.data();
+    std::vector<int32_t> ctxs(rows);
+    for (uint32_t r = 0; r < rows; ++r) ctxs[r] = kind == ZE_RBLN_GRAPH_PREFILL ? std::min<int32_t>(ctx, int32_t(r) + 1) : ctx;
+    ze_rbln_cost_t c{};
+    ze_check(zeRblnGraphEstimate(&gd, ctxs.data(), kind == ZE_RBLN_GRAPH_PREFILL ? 1 : rows, &c), "compile: estimate");
+    return nlohmann::json{{"total_s", c.total_s}, {"compute_s", c.compute_s}, {"memory_s", c.memory_s},
+                          {"link_s", c.link_s}, {"overhead_s", c.overhead_s}, {"flops_per_chip", c.flops},
+                          {"dram_bytes_per_chip", c.dram_bytes}, {"link_bytes_per_chip", c.link_bytes}};
+  };
+  nlohmann::json programs = nlohmann::json::array();
+  programs.push_back({{"name", cat("prefill_c", chunk)}, {"kind", "prefill"}, {"batch", 1}, {"tokens", chunk},
+                      {"estimate_first_chunk", estimate(ZE_RBLN_GRAPH_PREFILL, uint32_t(chunk), int32_t(chunk))}});
+  for (int32_t b : buckets)
+    programs.push_back({{"name", cat("decode_b", b)}, {"kind", "decode"}, {"batch", b}, {"tokens", 1},
+                        {"estimate_at_ctx_1024", estimate(ZE_RBLN_GRAPH_DECODE, uint32_t(b), int32_t(std::min<int64_t>(1024, max_len)))},
+                        {"estimate_at_max_seq_len", estimate(ZE_RBLN_GRAPH_DECODE, uint32_t(b), int32_t(max_len))}});
+
+  nlohmann::json manifest = {
+      {"format", kFormat},
+      {"target", "rbln"},
+      {"compiler_version", kCompilerVersion},
+      {"compiler_major", kCompilerMajor},
+      {"device", d.props.name},
+      {"device_profile", d.props.profile_path},
+      {"spec", spec_to_json(s)},
+      {"batch_size", batch},
+      {"max_seq_len", max_len},
+      {"kv_block_size", max_len},
+      {"kv_cache_mode", "eager"},
+      {"kv_cache_dtype", "fp32"},
+      {"prefill_chunk_size", chunk},
+      {"decode_buckets", buckets},
+      {"tensor_parallel_size", tp},
+      {"chips", nlohmann::json::array()},
+      {"dtype", dtype_name},
+      {"kv_heads_replicated", kv_replicated},
+      {"programs", programs},
+      {"memory_per_chip", mem},
+  };
+  for (int64_t c = 0; c < tp; ++c) manifest["chips"].push_back(c);
+  for (int64_t c = 0; c < tp; ++c) manifest["weights"].push_back({{"chip", c}, {"file", cat("chip", c, ".safetensors")}});
+
+  auto write_summary = [&](const nlohmann::json& j) {
+    if (a->summary && a->summary_capacity > 0) {
+      const std::string t = j.dump();
+      const size_t k = std::min(t.size(), a->summary_capacity - 1);
+      std::memcpy(a->summary, t.data(), k);
+      a->summary[k] = '\0';
+    }
+  };
+  write_summary(manifest);
+  if (!refuse.empty()) fail(HALO_STATUS_OUT_OF_MEMORY, refuse);
+  if (dry) return;
+
+  // Weights.
+  if (a->num_weights > 0 && a->weights == nullptr) invalid("compile: weights=NULL with num_weights=", a->num_weights);
+  std::map<std::string, Src, std::less<>> src;
+  for (size_t i = 0; i < a->num_weights; ++i) {
+    const halo_named_tensor& w = a->weights[i];
+    if (!w.name || !w.tensor) invalid("compile: weights[", i, "] has a NULL name or tensor");
+    const DLTensor* t = w.tensor;
+    if (t->strides != nullptr) {
+      int64_t expect = 1;
+      for (int k = t->ndim - 1; k >= 0; --k) {
+        if (t->shape[k] != 1 && t->strides[k] != expect) invalid("compile: weight '", w.name, "' is not contiguous");
+        expect *= t->shape[k];
+      }
+    }
+    Src sv;
+    sv.data = static_cast<const char*>(t->data) + t->byte_offset;
+    sv.dtype = src_dtype(w.name, t->dtype);
+    sv.shape.assign(t->shape, t->shape + t->ndim);
+    src.emplace(w.name, std::move(sv));
+  }
+  auto get = [&](const std::string& name, std::initializer_list<int64_t> shape) -> const Src& {
+    auto it = src.find(name);
+    if (it == src.end()) invalid("compile: weight '", name, "' is missing");
+    if (it->second.shape != std::vector<int64_t>(shape)) invalid("compile: weight '", name, "' has an unexpected shape");
+    return it->second;
+  };
+  const int64_t V = m.vocab, I = m.intermediate, NQ = int64_t(m.heads) * hd, NKV = int64_t(m.kv_heads) * hd;
+  std::error_code ec;
+  fs::create_directories(fs::path(a->out_dir ? a->out_dir : "") / "programs", ec);
+  if (ec || !a->out_dir) fail(HALO_STATUS_INTERNAL, "compile: cannot create ", a->out_dir ? a->out_dir : "(NULL out_dir)", ": ", ec.message());
+  const fs::path out = a->out_dir;
+  const bool tied = s.flags & HALO_MODEL_TIED_EMBEDDINGS;
+  const Src& embed = get("embed_tokens", {V, int64_t(H)});
+  const Src& lm = tied ? embed : get("lm_head", {V, int64_t(H)});
+  const Src& fnorm = get("final_norm", {int64_t(H)});
+  for (uint32_t c = 0; c < n; ++c) {
+    std::vector<Out> outs;
+    auto rows = [&](uint32_t slot, const Src& sv, DType t, int64_t lo, int64_t cnt) {
+      const int64_t cols = sv.shape.size() > 1 ? sv.shape[1] : 1;
+      Out o{slot_name(slot), t, {}, &sv, lo, cnt, 0, cols};
+      o.shape = sv.shape.size() > 1 ? std::vector<int64_t>{cnt, cols} : std::vector<int64_t>{cnt};
+      if (sv.shape.size() == 1) {  // a vector: rows are elements
+        o.row_lo = 0;
+        o.rows = 1;
+        o.col_lo = lo;
+        o.cols = cnt;
+      }
+      outs.push_back(o);
+    };
+    auto colslice = [&](uint32_t slot, const Src& sv, int64_t lo, int64_t cnt) {
+      outs.push_back(Out{slot_name(slot), dt, {sv.shape[0], cnt}, &sv, 0, sv.shape[0], lo, cnt});
+    };
+    const int64_t q_lo = ze_rbln_split(m.heads, c, n), nq = ze_rbln_split(m.heads, c + 1, n) - q_lo;
+    const int64_t kv_lo = ze_rbln_kv_lo(&m, c, n), nkv = ze_rbln_kv_hi(&m, c, n) - kv_lo;
+    const int64_t i_lo = ze_rbln_split(m.intermediate, c, n), ni = ze_rbln_split(m.intermediate, c + 1, n) - i_lo;
+    const int64_t v_lo = ze_rbln_split(m.vocab, c, n), nv = ze_rbln_split(m.vocab, c + 1, n) - v_lo;
+    rows(ZE_RBLN_W_EMBED, embed, dt, 0, V);
+    rows(ZE_RBLN_W_FINAL_NORM, fnorm, DType::F32, 0, int64_t(H));
+    rows(ZE_RBLN_W_LM_HEAD, lm, dt, v_lo, nv);
+    for (uint32_t l = 0; l < m.layers; ++l) {
+      const std::string p = cat("layers.", l, ".");
+      const uint32_t b = ZE_RBLN_W_GLOBAL + l * ZE_RBLN_L_SLOTS;
+      rows(b + ZE_RBLN_L_ATTN_NORM, get(p + "attn_norm", {int64_t(H)}), DType::F32, 0, int64_t(H));
+      rows(b + ZE_RBLN_L_Q, get(p + "q_proj", {NQ, int64_t(H)}), dt, q_lo * hd, nq * hd);
+      rows(b + ZE_RBLN_L_K, get(p + "k_proj", {NKV, int64_t(H)}), dt, kv_lo * hd, nkv * hd);
+      rows(b + ZE_RBLN_L_V, get(p + "v_proj", {NKV, int64_t(H)}), dt, kv_lo * hd, nkv * hd);
+      if (m.flags & ZE_RBLN_MODEL_QKV_BIAS) {
+        rows(b + ZE_RBLN_L_QB, get(p + "q_bias", {NQ}), DType::F32, q_lo * hd, nq * hd);
+        rows(b + ZE_RBLN_L_KB, get(p + "k_bias", {NKV}), DType::F32, kv_lo * hd, nkv * hd);
+        rows(b + ZE_RBLN_L_VB, get(p + "v_bias", {NKV}), DType::F32, kv_lo * hd, nkv * hd);
+      }
+      if (m.flags & ZE_RBLN_MODEL_QK_NORM) {
+        rows(b + ZE_RBLN_L_QN, get(p + "q_norm", {int64_t(hd)}), DType::F32, 0, int64_t(hd));
+        rows(b + ZE_RBLN_L_KN, get(p + "k_norm", {int64_t(hd)}), DType::F32, 0, int64_t(hd));
+      }
+      colslice(b + ZE_RBLN_L_O, get(p + "o_proj", {int64_t(H), NQ}), q_lo * hd, nq * hd);
+      rows(b + ZE_RBLN_L_MLP_NORM, get(p + "mlp_norm", {int64_t(H)}), DType::F32, 0, int64_t(H));
+      rows(b + ZE_RBLN_L_GATE, get(p + "gate_proj", {I, int64_t(H)}), dt, i_lo, ni);
+      rows(b + ZE_RBLN_L_UP, get(p + "up_proj", {I, int64_t(H)}), dt, i_lo, ni);
+      colslice(b + ZE_RBLN_L_DOWN, get(p + "down_proj", {int64_t(H), I}), i_lo, ni);
+    }
+    write_chip_file(out / cat("chip", c, ".safetensors"), outs);
+  }
+  for (const auto& p : programs) {
+    nlohmann::json g = p;
+    g["graph"] = {{"rows", p["kind"] == "prefill" ? chunk : p["batch"].get<int64_t>()},
+                  {"max_seq_len", max_len},
+                  {"num_devices", tp},
+                  {"weight_dtype", dtype_name},
+                  {"model", manifest["spec"]}};
+    std::ofstream f(out / "programs" / (p["name"].get<std::string>() + ".json"));
+    f << g.dump(2) << "\n";
+    if (!f) fail(HALO_STATUS_INTERNAL, "compile: cannot write the programs of ", out.string());
+  }
+  std::ofstream f(out / "manifest.json");
+  f << manifest.dump(2) << "\n";
+  if (!f) fail(HALO_STATUS_INTERNAL, "compile: cannot write ", (out / "manifest.json").string());
+}
+
+}  // namespace halo::rbln

@@ -1,0 +1,326 @@
+// --device rbln: the halo_plugin_api table (device_abi.h v1.1) of an
+// ATOM-style NPU reached through a Level Zero-shaped driver (the simulator in
+// plugins/npu_sim/sim, or a vendor driver with the same API).
+#include <dlfcn.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "halo/kernels/kernels.h"
+#include "runtime.h"
+
+namespace halo::rbln {
+
+namespace {
+halo_error* static_oom_error() noexcept {
+  static halo_error e{HALO_STATUS_OUT_OF_MEMORY, "out of host memory while reporting an error"};
+  return &e;
+}
+}  // namespace
+
+halo_error* make_error(halo_status_code code, const char* where, const char* message) noexcept {
+  try {
+    auto e = std::make_unique<halo_error>();
+    e->code = code;
+    const std::string_view m(message ? message : "");
+    e->message = m.rfind(where, 0) == 0 ? std::string(m) : cat(where, ": ", m);
+    return e.release();
+  } catch (...) {
+    return static_oom_error();
+  }
+}
+
+void ze_check(ze_result_t r, const char* what) {
+  if (r == ZE_RESULT_SUCCESS) return;
+  const char* msg = zeRblnGetLastErrorMessage();
+  halo_status_code code = HALO_STATUS_INTERNAL;
+  const char* kind = "error";
+  switch (r) {
+    case ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY: code = HALO_STATUS_OUT_OF_MEMORY; kind = "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"; break;
+    case ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY: code = HALO_STATUS_OUT_OF_MEMORY; kind = "ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY"; break;
+    case ZE_RESULT_ERROR_DEVICE_LOST: kind = "ZE_RESULT_ERROR_DEVICE_LOST"; break;
+    case ZE_RESULT_NOT_READY: kind = "timed out (ZE_RESULT_NOT_READY)"; break;
+    case ZE_RESULT_ERROR_INVALID_ARGUMENT: code = HALO_STATUS_INVALID_ARGUMENT; kind = "ZE_RESULT_ERROR_INVALID_ARGUMENT"; break;
+    case ZE_RESULT_ERROR_UNSUPPORTED_FEATURE: code = HALO_STATUS_UNIMPLEMENTED; kind = "ZE_RESULT_ERROR_UNSUPPORTED_FEATURE"; break;
+    default: break;
+  }
+  fail(code, what, ": ", kind, msg && *msg ? ": " : "", msg ? msg : "");
+}
+
+std::map<std::string, std::string, std::less<>> option_map(const halo_option* options, size_t n, const char* where) {
+  if (n > 0 && options == nullptr) invalid(where, ": options=NULL with num_options=", n);
+  std::map<std::string, std::string, std::less<>> m;
+  for (size_t i = 0; i < n; ++i) {
+    if (options[i].key == nullptr) invalid(where, ": options[", i, "].key is NULL");
+    m[options[i].key] = options[i].value ? options[i].value : "";
+  }
+  return m;
+}
+
+int64_t option_int(const std::map<std::string, std::string, std::less<>>& m, const char* key, int64_t def, int64_t lo,
+                   int64_t hi, const char* where) {
+  auto it = m.find(key);
+  if (it == m.end() || it->second.empty()) return def;
+  int64_t v = 0;
+  const std::string& s = it->second;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi)
+    invalid(where, ": option ", key, "=\"", s, "\" is not an integer in [", lo, ", ", hi, "]");
+  return v;
+}
+
+namespace {
+
+std::string default_profile() {
+  if (const char* env = std::getenv("HALO_RBLN_PROFILE"); env && *env) return env;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&default_profile), &info) && info.dli_fname) {
+    namespace fs = std::filesystem;
+    const fs::path p = fs::path(info.dli_fname).parent_path() / HALO_RBLN_PROFILE_RELPATH;
+    std::error_code ec;
+    if (fs::exists(p, ec)) return p.lexically_normal().string();
+  }
+  return HALO_RBLN_SOURCE_PROFILE;
+}
+
+}  // namespace
+
+Driver& driver(const std::string& profile, uint32_t host_threads) {
+  static std::mutex mu;
+  static Driver d;
+  std::lock_guard<std::mutex> lock(mu);
+  const std::string want = profile.empty() ? default_profile() : profile;
+  if (d.driver != nullptr && want == d.profile) return d;
+  ze_rbln_sim_desc_t sd{};
+  sd.profile_path = want.c_str();
+  sd.faults = nullptr;  // HALO_RBLN_FAULT, if set
+  sd.host_threads = host_threads;
+  ze_check(zeRblnSimConfigure(&sd), "rbln: configuring the device");
+  ze_check(zeInit(0), "rbln: zeInit");
+  uint32_t n = 1;
+  ze_check(zeDriverGet(&n, &d.driver), "rbln: zeDriverGet");
+  uint32_t chips = 0;
+  ze_check(zeDeviceGet(d.driver, &chips, nullptr), "rbln: zeDeviceGet");
+  d.chips.assign(chips, nullptr);
+  ze_check(zeDeviceGet(d.driver, &chips, d.chips.data()), "rbln: zeDeviceGet");
+  if (d.context == nullptr) {
+    ze_context_desc_t cd{};
+    cd.stype = ZE_STRUCTURE_TYPE_CONTEXT_DESC;
+    ze_check(zeContextCreate(d.driver, &cd, &d.context), "rbln: zeContextCreate");
+  }
+  ze_check(zeRblnSimGetProperties(&d.props), "rbln: device properties");
+  d.profile = want;
+  return d;
+}
+
+ModelDims model_dims(const halo_model_spec& s, uint32_t weight_dtype) {
+  ModelDims m;
+  auto& d = m.desc;
+  d.vocab = static_cast<uint32_t>(s.vocab_size);
+  d.hidden = static_cast<uint32_t>(s.hidden_size);
+  d.intermediate = static_cast<uint32_t>(s.intermediate_size);
+  d.layers = static_cast<uint32_t>(s.num_layers);
+  d.heads = static_cast<uint32_t>(s.num_heads);
+  d.kv_heads = static_cast<uint32_t>(s.num_kv_heads);
+  d.head_dim = static_cast<uint32_t>(s.head_dim);
+  d.rms_norm_eps = s.rms_norm_eps;
+  d.activation = s.activation == HALO_ACTIVATION_GELU_TANH ? 1u : 0u;
+  d.flags = s.flags & (HALO_MODEL_QKV_BIAS | HALO_MODEL_QK_NORM);
+  d.weight_dtype = weight_dtype;
+  kernels::RopeParams rp;
+  rp.theta = s.rope_theta;
+  rp.scaling = s.rope_scaling == HALO_ROPE_SCALING_LINEAR   ? kernels::RopeScaling::Linear
+               : s.rope_scaling == HALO_ROPE_SCALING_LLAMA3 ? kernels::RopeScaling::Llama3
+                                                            : kernels::RopeScaling::None;
+  rp.factor = s.rope_factor;
+  rp.low_freq_factor = s.rope_low_freq_factor;
+  rp.high_freq_factor = s.rope_high_freq_factor;
+  rp.original_max_position = s.rope_original_max_position;
+  m.inv_freq.resize(static_cast<size_t>(s.head_dim / 2));
+  kernels::rope_inv_freq(rp, static_cast<size_t>(s.head_dim), m.inv_freq.data());
+  d.rope_inv_freq = m.inv_freq.data();
+  return m;
+}
+
+nlohmann::json spec_to_json(const halo_model_spec& s) {
+  return {{"architecture", s.architecture ? s.architecture : ""},
+          {"vocab_size", s.vocab_size},
+          {"hidden_size", s.hidden_size},
+          {"intermediate_size", s.intermediate_size},
+          {"num_layers", s.num_layers},
+          {"num_heads", s.num_heads},
+          {"num_kv_heads", s.num_kv_heads},
+          {"head_dim", s.head_dim},
+          {"max_position_embeddings", s.max_position_embeddings},
+          {"rms_norm_eps", s.rms_norm_eps},
+          {"rope_theta", s.rope_theta},
+          {"rope_scaling", static_cast<int>(s.rope_scaling)},
+          {"rope_factor", s.rope_factor},
+          {"rope_low_freq_factor", s.rope_low_freq_factor},
+          {"rope_high_freq_factor", s.rope_high_freq_factor},
+          {"rope_original_max_position", s.rope_original_max_position},
+          {"activation", static_cast<int>(s.activation)},
+          {"flags", s.flags}};
+}
+
+namespace {
+
+constexpr uint32_t kCapabilities = HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_STATIC_SHAPES;
+
+halo_status_code error_code(const halo_error* e) { return e ? e->code : HALO_STATUS_OK; }
+const char* error_message(const halo_error* e) { return e ? e->message.c_str() : ""; }
+void error_destroy(halo_error* e) {
+  if (e != nullptr && e != static_oom_error()) std::unique_ptr<halo_error> owned(e);
+}
+
+void check_index(const char* where, int32_t index) {
+  if (index != 0) fail(HALO_STATUS_OUT_OF_RANGE, where, ": device_index=", index, " is outside [0, 1)");
+}
+
+halo_error* device_count(halo_device_count_args* args) {
+  return guarded("device_count", [&] {
+    check_args(args, "device_count: args");
+    args->count = 1;  // one RSD group of `chips` chips
+  });
+}
+
+#define HALO_PUT(dst, size, src, field)                            \
+  do {                                                             \
+    if (HALO_STRUCT_SIZE(halo_device_properties, field) <= (size)) \
+      std::memcpy(&(dst)->field, &(src).field, sizeof((src).field)); \
+  } while (0)
+
+halo_error* device_get_properties(halo_device_get_properties_args* args) {
+  return guarded("device_get_properties", [&] {
+    check_args(args, "device_get_properties: args");
+    check_index("device_get_properties", args->device_index);
+    halo_device_properties* out = args->properties;
+    if (out == nullptr) invalid("device_get_properties: properties is NULL");
+    const size_t size = out->struct_size;
+    if (size < HALO_STRUCT_SIZE(halo_device_properties, kind))
+      invalid("device_get_properties: properties->struct_size=", size, " is too small");
+    Driver& d = driver();
+    halo_device_properties p{};
+    p.kind = HALO_DEVICE_KIND_NPU;
+    std::snprintf(p.name, sizeof(p.name), "%s", d.props.name);
+    std::snprintf(p.vendor, sizeof(p.vendor), "Rebellions-style (simulated)");
+    uint64_t free_bytes = 0;
+    for (ze_device_handle_t c : d.chips) {
+      uint64_t used = 0, cap = 0;
+      ze_check(zeRblnDeviceGetMemoryUsage(c, &used, &cap), "device_get_properties");
+      p.memory_bytes += cap;
+      free_bytes += cap - used;
+    }
+    p.memory_free_bytes = free_bytes;
+    p.num_chips = static_cast<int32_t>(d.chips.size());
+    p.capabilities = kCapabilities;
+    // Batch size, block size and max length are fixed per compiled model
+    // (halo compile), not by the device: 0 here, the compiled values at prepare.
+    HALO_PUT(out, size, p, kind);
+    HALO_PUT(out, size, p, name);
+    HALO_PUT(out, size, p, vendor);
+    HALO_PUT(out, size, p, memory_bytes);
+    HALO_PUT(out, size, p, memory_free_bytes);
+    HALO_PUT(out, size, p, num_chips);
+    HALO_PUT(out, size, p, capabilities);
+    HALO_PUT(out, size, p, max_batch_size);
+    HALO_PUT(out, size, p, required_block_size);
+    HALO_PUT(out, size, p, max_model_len);
+  });
+}
+#undef HALO_PUT
+
+halo_error* device_open(halo_device_open_args* args) {
+  return guarded("device_open", [&] {
+    check_args(args, "device_open: args");
+    check_index("device_open", args->device_index);
+    const auto opts = option_map(args->options, args->num_options, "device_open");
+    const auto threads = option_int(opts, "threads", 0, 0, 1024, "device_open");
+    auto it = opts.find("profile");
+    auto dev = std::make_unique<halo_device>();
+    dev->drv = &driver(it == opts.end() ? "" : it->second, static_cast<uint32_t>(threads));
+    dev->command_timeout_ms =
+        static_cast<int>(option_int(opts, "command_timeout_ms", dev->drv->props.command_timeout_ms, 1, 86400000, "device_open"));
+    args->device = dev.release();
+  });
+}
+
+void device_destroy(halo_device* d) { std::unique_ptr<halo_device> owned(d); }
+
+halo_error* prepare_fn(halo_prepare_args* args) { return guarded("prepare", [&] { prepare(args); }); }
+void executable_destroy(halo_executable* e) { std::unique_ptr<halo_executable> owned(e); }
+halo_error* kv_cache_create_fn(halo_kv_cache_create_args* args) {
+  return guarded("kv_cache_create", [&] { kv_cache_create(args); });
+}
+halo_error* kv_cache_copy_blocks_fn(halo_kv_cache_copy_blocks_args* args) {
+  return guarded("kv_cache_copy_blocks", [&] { kv_cache_copy_blocks(args); });
+}
+void kv_cache_destroy(halo_kv_cache* kv) { std::unique_ptr<halo_kv_cache> owned(kv); }
+halo_error* execute_fn(halo_execute_args* args) { return guarded("execute", [&] { execute(args); }); }
+halo_error* compile_fn(halo_compile_args* args) { return guarded("compile", [&] { compile(args); }); }
+
+halo_error* device_get_stats(halo_device_get_stats_args* args) {
+  return guarded("device_get_stats", [&] {
+    check_args(args, "device_get_stats: args");
+    check_index("device_get_stats", args->device_index);
+    halo_device_stats* out = args->stats;
+    if (out == nullptr) invalid("device_get_stats: stats is NULL");
+    if (out->struct_size < sizeof(halo_device_stats))
+      invalid("device_get_stats: stats->struct_size=", out->struct_size, " is smaller than ", sizeof(halo_device_stats));
+    Driver& d = driver();
+    halo_device_stats s{};
+    s.struct_size = out->struct_size;
+    s.num_chips = static_cast<int32_t>(std::min<size_t>(d.chips.size(), HALO_MAX_CHIPS));
+    for (int32_t i = 0; i < s.num_chips; ++i) {
+      ze_rbln_clock_t c{};
+      ze_check(zeRblnDeviceGetClock(d.chips[static_cast<size_t>(i)], &c), "device_get_stats");
+      // Chips of one program run in lockstep: the busiest chip's clock is the device's.
+      if (c.total.total_s > s.device_seconds) {
+        s.steps = c.executions;
+        s.tokens = c.rows;
+        s.device_seconds = c.total.total_s;
+        s.compute_seconds = c.total.compute_s;
+        s.memory_seconds = c.total.memory_s;
+        s.link_seconds = c.total.link_s;
+      }
+      ze_check(zeRblnDeviceGetMemoryUsage(d.chips[static_cast<size_t>(i)], &s.chip_memory_used[i],
+                                          &s.chip_memory_capacity[i]),
+               "device_get_stats");
+    }
+    *out = s;
+  });
+}
+
+
+constexpr halo_plugin_api kApi = {
+    sizeof(halo_plugin_api),
+    HALO_ABI_VERSION_MAJOR,
+    HALO_ABI_VERSION_MINOR,
+    "rbln",
+    "0.1.0 (ATOM-style NPU, simulated driver)",
+    error_code,
+    error_message,
+    error_destroy,
+    device_count,
+    device_get_properties,
+    device_open,
+    device_destroy,
+    prepare_fn,
+    executable_destroy,
+    kv_cache_create_fn,
+    kv_cache_copy_blocks_fn,
+    kv_cache_destroy,
+    execute_fn,
+    nullptr,  // buffer_from_host (no HALO_CAP_BUFFERS)
+    nullptr,  // buffer_to_host
+    nullptr,  // buffer_destroy
+    compile_fn,
+    device_get_stats,
+};
+
+}  // namespace
+}  // namespace halo::rbln
+
+extern "C" HALO_PLUGIN_EXPORT const halo_plugin_api* halo_plugin_get_api(void) { return &halo::rbln::kApi; }

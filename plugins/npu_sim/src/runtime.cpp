@@ -1,0 +1,427 @@
+// Running a compiled model: prepare loads the pre-sharded weights into each
+// chip's memory and creates the static programs; execute maps a scheduler
+// step onto them (a prefill in chunks of prefill_chunk_size at batch 1, or
+// the decodes padded to the next compiled batch bucket) and waits for the
+// device with a timeout.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "runtime.h"
+
+namespace halo::rbln {
+std::string slot_name(uint32_t slot);
+
+namespace {
+namespace fs = std::filesystem;
+
+// A read-only mapping of a chip file.
+class Mapped {
+ public:
+  explicit Mapped(const fs::path& p) {
+    fd_ = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) invalid("prepare: cannot open ", p.string(), ": ", std::strerror(errno));
+    struct stat st {};
+    ::fstat(fd_, &st);
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ > 0) {
+      void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+      if (m == MAP_FAILED) invalid("prepare: cannot map ", p.string());
+      data_ = static_cast<const char*>(m);
+    }
+  }
+  ~Mapped() {
+    if (data_) ::munmap(const_cast<char*>(data_), size_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  int fd_ = -1;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) invalid("prepare: cannot open ", p.string());
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) invalid("prepare: ", p.string(), " is not a JSON object");
+  return j;
+}
+
+// Runs a closed command list on the executable's queue and waits for it.
+void submit(halo_executable& e, const char* what) {
+  ze_check(zeCommandListClose(e.list), what);
+  ze_check(zeCommandQueueExecuteCommandLists(e.queue, 1, &e.list, nullptr), what);
+  const ze_result_t r = zeCommandQueueSynchronize(e.queue, uint64_t(e.timeout_ms) * 1000000ull);
+  zeCommandListReset(e.list);
+  if (r == ZE_RESULT_NOT_READY) {
+    e.failed = cat(what, ": the device did not complete the command within ", e.timeout_ms,
+                   " ms (command_timeout_ms); the device is considered hung");
+    fail(HALO_STATUS_INTERNAL, e.failed);
+  }
+  if (r != ZE_RESULT_SUCCESS) {
+    try {
+      ze_check(r, what);
+    } catch (const PluginError& err) {
+      if (r == ZE_RESULT_ERROR_DEVICE_LOST) e.failed = err.what();
+      throw;
+    }
+  }
+}
+
+void* alloc(halo_executable& e, ze_device_handle_t chip, size_t bytes, std::vector<DeviceMem>& keep, const char* what) {
+  ze_device_mem_alloc_desc_t md{};
+  md.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC;
+  void* p = nullptr;
+  ze_check(zeMemAllocDevice(e.drv->context, &md, bytes, 64, chip, &p), what);
+  keep.emplace_back(e.drv->context, p);
+  return p;
+}
+
+}  // namespace
+
+}  // namespace halo::rbln
+
+halo_executable::~halo_executable() {
+  if (prefill) zeRblnGraphDestroy(prefill);
+  for (auto& [b, g] : decode) zeRblnGraphDestroy(g);
+  if (list) zeCommandListDestroy(list);
+  if (queue) zeCommandQueueDestroy(queue);
+}
+
+namespace halo::rbln {
+
+void prepare(halo_prepare_args* a) {
+  check_args(a, "prepare: args");
+  if (a->device == nullptr) invalid("prepare: device is NULL");
+  if (a->spec == nullptr) invalid("prepare: spec is NULL");
+  halo_limits* lim = a->limits;
+  if (lim == nullptr) invalid("prepare: limits is NULL");
+  const halo_model_spec& s = *a->spec;
+  const char* dir = s.struct_size >= HALO_STRUCT_SIZE(halo_model_spec, compiled_model_dir) ? s.compiled_model_dir : nullptr;
+  if (dir == nullptr)
+    fail(HALO_STATUS_FAILED_PRECONDITION,
+         "prepare: the rbln device runs compiled models only; compile this model first: "
+         "halo compile MODEL_DIR --device rbln --batch-size B --max-seq-len N --tensor-parallel-size T -o OUT_DIR, "
+         "then run OUT_DIR");
+  const fs::path root = dir;
+  const nlohmann::json man = read_json(root / "manifest.json");
+  if (man.value("format", "") != kFormat || man.value("target", "") != "rbln")
+    invalid("prepare: ", (root / "manifest.json").string(), " is not an rbln compiled model (format ",
+            man.value("format", "?"), ", target ", man.value("target", "?"), ")");
+  if (man.value("compiler_major", -1) != kCompilerMajor)
+    fail(HALO_STATUS_FAILED_PRECONDITION, "prepare: ", root.string(), " was compiled by ", man.value("compiler_version", "?"),
+         "; this plugin runs models of ", kCompilerVersion, ": compile it again");
+  const nlohmann::json want = spec_to_json(s);
+  for (const char* k : {"vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                        "head_dim", "flags"})
+    if (man["spec"][k] != want[k])
+      invalid("prepare: ", root.string(), ": the manifest's ", k, "=", man["spec"][k].dump(),
+              " does not match config.json's ", want[k].dump());
+
+  Driver& d = *a->device->drv;
+  const auto opts = option_map(a->options, a->num_options, "prepare");
+  auto e = std::make_unique<halo_executable>();
+  e->drv = &d;
+  e->timeout_ms = a->device->command_timeout_ms;
+  e->dir = root.string();
+  e->batch = man.at("batch_size").get<int32_t>();
+  e->max_seq_len = man.at("max_seq_len").get<int32_t>();
+  e->tp = man.at("tensor_parallel_size").get<int32_t>();
+  e->chunk = man.at("prefill_chunk_size").get<int32_t>();
+  e->buckets = man.at("decode_buckets").get<std::vector<int32_t>>();
+  const std::string dtype = man.at("dtype").get<std::string>();
+  const int64_t tp_opt = option_int(opts, "tensor_parallel_size", 0, 0, 1 << 20, "prepare");
+  if (tp_opt > 0 && tp_opt != e->tp)
+    invalid("prepare: tensor_parallel_size=", tp_opt, " contradicts the compiled model: ", root.string(),
+            " was compiled with tensor_parallel_size=", e->tp, " (RSD across ", e->tp, " chips)");
+  if (e->tp > static_cast<int32_t>(d.chips.size()))
+    fail(HALO_STATUS_FAILED_PRECONDITION, "prepare: ", root.string(), " needs ", e->tp, " chips, the device has ",
+         d.chips.size());
+  if (e->chunk != static_cast<int32_t>(d.props.prefill_chunk_size))
+    fail(HALO_STATUS_FAILED_PRECONDITION, "prepare: ", root.string(), " was compiled with prefill_chunk_size=", e->chunk,
+         " but the device profile says ", d.props.prefill_chunk_size);
+  e->dims = model_dims(s, dtype == "fp16" ? ZE_RBLN_DTYPE_FP16 : ZE_RBLN_DTYPE_BF16);
+  const ze_rbln_decoder_desc_t& m = e->dims.desc;
+  e->chips.assign(d.chips.begin(), d.chips.begin() + e->tp);
+
+  ze_command_queue_desc_t qd{};
+  qd.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC;
+  ze_check(zeCommandQueueCreate(d.context, e->chips[0], &qd, &e->queue), "prepare: zeCommandQueueCreate");
+  ze_command_list_desc_t ld{};
+  ld.stype = ZE_STRUCTURE_TYPE_COMMAND_LIST_DESC;
+  ze_check(zeCommandListCreate(d.context, e->chips[0], &ld, &e->list), "prepare: zeCommandListCreate");
+
+  // Weights: one allocation per tensor on its chip, copied from the chip file.
+  const uint32_t slots = ze_rbln_num_weight_slots(m.layers);
+  e->weight_ptrs.assign(size_t(e->tp) * slots, nullptr);
+  for (int32_t c = 0; c < e->tp; ++c) {
+    const fs::path file = root / cat("chip", c, ".safetensors");
+    Mapped f(file);
+    uint64_t hlen = 0;
+    if (f.size() < 8) invalid("prepare: ", file.string(), " is truncated");
+    std::memcpy(&hlen, f.data(), 8);
+    if (8 + hlen > f.size()) invalid("prepare: ", file.string(), " has a bad header");
+    const nlohmann::json h = nlohmann::json::parse(f.data() + 8, f.data() + 8 + hlen, nullptr, false);
+    if (h.is_discarded()) invalid("prepare: ", file.string(), " has a bad header");
+    const char* base = f.data() + 8 + hlen;
+    for (uint32_t slot = 0; slot < slots; ++slot) {
+      const std::string name = slot_name(slot);
+      if (!h.contains(name)) continue;  // optional (biases, qk norms)
+      const auto off = h[name]["data_offsets"].get<std::vector<uint64_t>>();
+      if (off.size() != 2 || off[1] < off[0] || 8 + hlen + off[1] > f.size())
+        invalid("prepare: ", file.string(), ": tensor ", name, " lies outside the file");
+      void* p = alloc(*e, e->chips[size_t(c)], off[1] - off[0], e->weight_mem,
+                      "prepare: loading the weights into device memory");
+      ze_check(zeCommandListAppendMemoryCopy(e->list, p, base + off[0], off[1] - off[0], nullptr, 0, nullptr),
+               "prepare: copy");
+      e->weight_ptrs[size_t(c) * slots + slot] = p;
+    }
+    submit(*e, "prepare: weight upload");
+  }
+  for (uint32_t slot : {uint32_t(ZE_RBLN_W_EMBED), uint32_t(ZE_RBLN_W_FINAL_NORM), uint32_t(ZE_RBLN_W_LM_HEAD)})
+    if (!e->weight_ptrs[slot]) invalid("prepare: ", root.string(), ": chip 0 has no '", slot_name(slot), "'");
+  e->logits_rows = size_t(std::max(e->batch, e->chunk));
+  std::vector<DeviceMem> keep;
+  alloc(*e, e->chips[0], e->logits_rows * m.vocab * sizeof(float), keep, "prepare: logits buffer");
+  e->logits_mem = std::move(keep.back());
+
+  // The static programs.
+  auto make = [&](ze_rbln_graph_kind_t kind, uint32_t rows) {
+    ze_rbln_graph_desc_t gd{};
+    gd.kind = kind;
+    gd.rows = rows;
+    gd.max_seq_len = static_cast<uint32_t>(e->max_seq_len);
+    gd.model = &m;
+    gd.num_devices = static_cast<uint32_t>(e->tp);
+    gd.devices = e->chips.data();
+    gd.weights = e->weight_ptrs.data();
+    ze_rbln_graph_handle_t g = nullptr;
+    ze_check(zeRblnGraphCreate(d.context, &gd, &g), "prepare: zeRblnGraphCreate");
+    return g;
+  };
+  e->prefill = make(ZE_RBLN_GRAPH_PREFILL, static_cast<uint32_t>(e->chunk));
+  for (int32_t b : e->buckets) e->decode.emplace_back(b, make(ZE_RBLN_GRAPH_DECODE, static_cast<uint32_t>(b)));
+  std::sort(e->decode.begin(), e->decode.end());  // ascending bucket
+
+  // Limits: what was compiled. The engine reports a contradicting flag.
+  uint64_t per_block = 0, fit_blocks = UINT64_MAX;
+  for (int32_t c = 0; c < e->tp; ++c) {
+    const uint64_t nkv = ze_rbln_kv_hi(&m, uint32_t(c), uint32_t(e->tp)) - ze_rbln_kv_lo(&m, uint32_t(c), uint32_t(e->tp));
+    const uint64_t chip_block = uint64_t(e->max_seq_len) * m.layers * 2 * nkv * m.head_dim * sizeof(float);
+    per_block += chip_block;
+    uint64_t used = 0, cap = 0;
+    ze_check(zeRblnDeviceGetMemoryUsage(e->chips[size_t(c)], &used, &cap), "prepare");
+    fit_blocks = std::min(fit_blocks, (cap - used) / chip_block);
+  }
+  lim->max_num_seqs = e->batch;
+  lim->max_model_len = e->max_seq_len;
+  lim->max_num_batched_tokens = e->max_seq_len;
+  lim->block_size = e->max_seq_len;
+  lim->capabilities = HALO_CAP_STATIC_SHAPES;  // no chunked prefill, no mixed batches
+  lim->kv_bytes_per_block = per_block;
+  lim->kv_memory_available = fit_blocks * per_block;
+  a->executable = e.release();
+}
+
+void kv_cache_create(halo_kv_cache_create_args* a) {
+  check_args(a, "kv_cache_create: args");
+  halo_executable* e = a->executable;
+  if (e == nullptr) invalid("kv_cache_create: executable is NULL");
+  if (a->block_size != e->max_seq_len)
+    invalid("kv_cache_create: block_size=", a->block_size, " does not match the compiled KV block size ", e->max_seq_len,
+            " (one block of max_seq_len per sequence)");
+  if (a->num_blocks <= 0) invalid("kv_cache_create: num_blocks=", a->num_blocks, " must be positive");
+  // More blocks than the compiled batch are allowed (e.g. for prefix caching):
+  // the programs take the block count as an argument; chip memory is the limit.
+  const ze_rbln_decoder_desc_t& m = e->dims.desc;
+  auto kv = std::make_unique<halo_kv_cache>();
+  kv->owner = e;
+  kv->num_blocks = a->num_blocks;
+  for (int32_t c = 0; c < e->tp; ++c) {
+    const uint64_t nkv = ze_rbln_kv_hi(&m, uint32_t(c), uint32_t(e->tp)) - ze_rbln_kv_lo(&m, uint32_t(c), uint32_t(e->tp));
+    const size_t bytes = size_t(a->num_blocks) * size_t(e->max_seq_len) * nkv * m.head_dim * sizeof(float);
+    for (uint32_t l = 0; l < m.layers; ++l)
+      for (int kvi = 0; kvi < 2; ++kvi)
+        kv->ptrs.push_back(alloc(*e, e->chips[size_t(c)], bytes, kv->mem, "kv_cache_create: KV cache"));
+  }
+  a->kv_cache = kv.release();
+}
+
+void kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* a) {
+  check_args(a, "kv_cache_copy_blocks: args");
+  halo_kv_cache* kv = a->kv_cache;
+  if (kv == nullptr) invalid("kv_cache_copy_blocks: kv_cache is NULL");
+  if (a->num_pairs < 0) invalid("kv_cache_copy_blocks: num_pairs=", a->num_pairs, " is negative");
+  if (a->num_pairs == 0) return;
+  if (!a->src_blocks || !a->dst_blocks) invalid("kv_cache_copy_blocks: src_blocks or dst_blocks is NULL");
+  halo_executable& e = *kv->owner;
+  const ze_rbln_decoder_desc_t& m = e.dims.desc;
+  std::lock_guard<std::mutex> lock(e.mu);
+  for (int32_t i = 0; i < a->num_pairs; ++i)
+    for (const auto& [name, arr] : {std::pair{"src_blocks", a->src_blocks}, {"dst_blocks", a->dst_blocks}})
+      if (arr[i] < 0 || arr[i] >= kv->num_blocks)
+        fail(HALO_STATUS_OUT_OF_RANGE, "kv_cache_copy_blocks: ", name, "[", i, "]=", arr[i], " is outside [0, ",
+             kv->num_blocks, ")");
+  size_t idx = 0;
+  for (int32_t c = 0; c < e.tp; ++c) {
+    const uint64_t nkv = ze_rbln_kv_hi(&m, uint32_t(c), uint32_t(e.tp)) - ze_rbln_kv_lo(&m, uint32_t(c), uint32_t(e.tp));
+    const size_t block = size_t(e.max_seq_len) * nkv * m.head_dim * sizeof(float);
+    for (uint32_t l = 0; l < m.layers * 2; ++l, ++idx) {
+      char* base = static_cast<char*>(kv->ptrs[idx]);
+      for (int32_t i = 0; i < a->num_pairs; ++i)
+        if (a->src_blocks[i] != a->dst_blocks[i])
+          ze_check(zeCommandListAppendMemoryCopy(e.list, base + size_t(a->dst_blocks[i]) * block,
+                                                 base + size_t(a->src_blocks[i]) * block, block, nullptr, 0, nullptr),
+                   "kv_cache_copy_blocks");
+    }
+  }
+  submit(e, "kv_cache_copy_blocks");
+}
+
+void execute(halo_execute_args* a) {
+  check_args(a, "execute: args");
+  halo_executable* e = a->executable;
+  halo_kv_cache* kv = a->kv_cache;
+  if (e == nullptr || kv == nullptr) invalid("execute: executable or kv_cache is NULL");
+  if (kv->owner != e) invalid("execute: kv_cache was created for a different executable");
+  const int32_t T = a->num_tokens, S = a->num_seqs;
+  if (T <= 0 || S <= 0) invalid("execute: num_tokens=", T, " and num_seqs=", S, " must be positive");
+  if (S > e->batch) invalid("execute: num_seqs=", S, " exceeds the compiled batch_size=", e->batch);
+  if (T > e->max_seq_len)
+    invalid("execute: num_tokens=", T, " exceeds max_num_batched_tokens=", e->max_seq_len, " (the compiled max_seq_len)");
+  for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"token_ids", a->token_ids},
+                                   {"positions", a->positions}, {"slot_mapping", a->slot_mapping},
+                                   {"query_start", a->query_start}, {"context_lens", a->context_lens},
+                                   {"block_tables", a->block_tables}})
+    if (ptr == nullptr) invalid("execute: ", name, " is NULL");
+  if (a->max_blocks_per_seq <= 0) invalid("execute: max_blocks_per_seq=", a->max_blocks_per_seq, " must be positive");
+  if (a->num_logits < 0 || (a->num_logits > 0 && (!a->logits_indices || !a->logits)))
+    invalid("execute: num_logits=", a->num_logits, " needs logits_indices and logits (one is NULL)");
+  if (a->query_start[0] != 0 || a->query_start[S] != T) invalid("execute: query_start does not span num_tokens=", T);
+  const int64_t V = e->dims.desc.vocab;
+  if (a->num_logits > 0) {
+    const DLTensor* lg = a->logits;
+    if (lg->dtype.code != kDLFloat || lg->dtype.bits != 32 || lg->ndim != 2 || !lg->shape ||
+        lg->shape[0] != a->num_logits || lg->shape[1] != V)
+      invalid("execute: logits must be float32 [", a->num_logits, ", ", V, "]");
+  }
+  bool any_prefill = false;
+  for (int32_t s = 0; s < S; ++s) {
+    const int32_t q = a->query_start[s + 1] - a->query_start[s];
+    if (q <= 0) invalid("execute: sequence ", s, " has ", q, " tokens");
+    if (a->context_lens[s] < q || a->context_lens[s] > e->max_seq_len)
+      invalid("execute: context_lens[", s, "]=", a->context_lens[s], " is outside [", q, ", max_seq_len=", e->max_seq_len, "]");
+    const int32_t blk = a->block_tables[size_t(s) * size_t(a->max_blocks_per_seq)];
+    if (blk < 0 || blk >= kv->num_blocks)
+      fail(HALO_STATUS_OUT_OF_RANGE, "execute: block_tables[", s, "][0]=", blk, " is outside [0, ", kv->num_blocks, ")");
+    any_prefill |= q > 1;
+  }
+  for (int32_t t = 0; t < T; ++t) {
+    if (a->token_ids[t] < 0 || a->token_ids[t] >= V)
+      fail(HALO_STATUS_OUT_OF_RANGE, "execute: token_ids[", t, "]=", a->token_ids[t], " is outside [0, ", V, ")");
+    if (a->slot_mapping[t] < -1 || a->slot_mapping[t] >= int64_t(kv->num_blocks) * e->max_seq_len)
+      fail(HALO_STATUS_OUT_OF_RANGE, "execute: slot_mapping[", t, "]=", a->slot_mapping[t], " is out of range");
+  }
+  for (int32_t i = 0; i < a->num_logits; ++i)
+    if (a->logits_indices[i] < 0 || a->logits_indices[i] >= T)
+      fail(HALO_STATUS_OUT_OF_RANGE, "execute: logits_indices[", i, "]=", a->logits_indices[i], " is outside [0, ", T, ")");
+  if (any_prefill && S > 1)
+    fail(HALO_STATUS_INVALID_ARGUMENT, "execute: num_seqs=", S,
+         " in a step with a prefill; the compiled programs run one prefill (batch 1) or decodes only "
+         "(no HALO_CAP_MIXED_BATCH)");
+  if (!any_prefill && S > e->batch)
+    fail(HALO_STATUS_INVALID_ARGUMENT, "execute: ", S, " decodes exceed the compiled batch_size=", e->batch);
+
+  std::lock_guard<std::mutex> lock(e->mu);
+  if (!e->failed.empty())
+    fail(HALO_STATUS_FAILED_PRECONDITION, "execute: the device failed earlier and no longer runs programs: ", e->failed);
+  float* out = a->num_logits > 0
+                   ? reinterpret_cast<float*>(static_cast<char*>(a->logits->data) + a->logits->byte_offset)
+                   : nullptr;
+  float* dev_logits = static_cast<float*>(e->logits_mem.ptr);
+  std::vector<int32_t> tok, pos, ctx, blk, rows;
+  std::vector<int64_t> slot;
+  std::vector<int32_t> out_index;
+  auto run = [&](ze_rbln_graph_handle_t g, const char* what) {
+    ze_rbln_graph_args_t ga{};
+    ga.token_ids = tok.data();
+    ga.positions = pos.data();
+    ga.slots = slot.data();
+    ga.ctx_lens = ctx.data();
+    ga.block_ids = blk.data();
+    ga.kv_num_blocks = static_cast<uint32_t>(kv->num_blocks);
+    ga.kv = kv->ptrs.data();
+    ga.num_logits = static_cast<uint32_t>(rows.size());
+    ga.logits_rows = rows.data();
+    ga.logits = dev_logits;
+    ze_check(zeRblnCommandListAppendGraphExecute(e->list, g, &ga, nullptr, 0, nullptr), what);
+    for (size_t i = 0; i < rows.size(); ++i)
+      ze_check(zeCommandListAppendMemoryCopy(e->list, out + size_t(out_index[i]) * size_t(V), dev_logits + i * size_t(V),
+                                             size_t(V) * sizeof(float), nullptr, 0, nullptr),
+               what);
+    submit(*e, what);
+  };
+  auto reset = [&](size_t R) {
+    tok.assign(R, 0);
+    pos.assign(R, 0);
+    slot.assign(R, -1);
+    ctx.assign(R, 0);  // padding rows attend to nothing and write no KV
+    blk.assign(R, 0);
+    rows.clear();
+    out_index.clear();
+  };
+
+  if (any_prefill) {  // one sequence, in chunks of prefill_chunk_size, each padded
+    const int32_t q = T, cached = a->context_lens[0] - q, block = a->block_tables[0];
+    for (int32_t start = 0; start < q; start += e->chunk) {
+      const int32_t n = std::min(e->chunk, q - start);
+      reset(size_t(e->chunk));
+      for (int32_t r = 0; r < n; ++r) {
+        tok[size_t(r)] = a->token_ids[start + r];
+        pos[size_t(r)] = a->positions[start + r];
+        slot[size_t(r)] = a->slot_mapping[start + r];
+        ctx[size_t(r)] = cached + start + r + 1;
+        blk[size_t(r)] = block;
+      }
+      for (int32_t i = 0; i < a->num_logits; ++i) {
+        const int32_t t = a->logits_indices[i];
+        if (t >= start && t < start + n) {
+          rows.push_back(t - start);
+          out_index.push_back(i);
+        }
+      }
+      run(e->prefill, "execute (prefill)");
+    }
+    return;
+  }
+  // Decodes: padded up to the smallest compiled bucket that holds them.
+  auto it = std::find_if(e->decode.begin(), e->decode.end(), [&](const auto& p) { return p.first >= S; });
+  const int32_t R = it->first;
+  reset(size_t(R));
+  for (int32_t s = 0; s < S; ++s) {
+    tok[size_t(s)] = a->token_ids[s];
+    pos[size_t(s)] = a->positions[s];
+    slot[size_t(s)] = a->slot_mapping[s];
+    ctx[size_t(s)] = a->context_lens[s];
+    blk[size_t(s)] = a->block_tables[size_t(s) * size_t(a->max_blocks_per_seq)];
+  }
+  for (int32_t i = 0; i < a->num_logits; ++i) {
+    rows.push_back(a->logits_indices[i]);
+    out_index.push_back(i);
+  }
+  run(it->second, "execute (decode)");
+}
+
+}  // namespace halo::rbln

@@ -1,0 +1,112 @@
+// The simulated clock follows the cost model (docs/rbln.md): estimates of a
+// 1B-shape model built from its spec alone (no weights), through the driver's
+// zeRblnGraphEstimate with the in-tree device profile.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "rbln_sim/ze_rbln_ext.h"
+
+namespace {
+
+class CostModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ze_rbln_sim_desc_t d{};
+    d.profile_path = HALO_SOURCE_DIR "/configs/rbln-atom.yaml";
+    d.faults = "";
+    d.host_threads = 1;
+    ASSERT_EQ(zeRblnSimConfigure(&d), ZE_RESULT_SUCCESS) << zeRblnGetLastErrorMessage();
+    ASSERT_EQ(zeInit(0), ZE_RESULT_SUCCESS);
+    ASSERT_EQ(zeRblnSimGetProperties(&props_), ZE_RESULT_SUCCESS);
+  }
+
+  // Llama-3.2-1B's shape: 16 layers, hidden 2048, 32/8 heads, intermediate 8192, vocab 128256, bf16.
+  ze_rbln_decoder_desc_t llama_1b() const {
+    ze_rbln_decoder_desc_t m{};
+    m.vocab = 128256;
+    m.hidden = 2048;
+    m.intermediate = 8192;
+    m.layers = 16;
+    m.heads = 32;
+    m.kv_heads = 8;
+    m.head_dim = 64;
+    m.rms_norm_eps = 1e-5f;
+    m.weight_dtype = ZE_RBLN_DTYPE_BF16;
+    return m;
+  }
+
+  ze_rbln_cost_t decode(uint32_t batch, uint32_t tp, int32_t ctx) const {
+    const ze_rbln_decoder_desc_t m = llama_1b();
+    ze_rbln_graph_desc_t g{};
+    g.kind = ZE_RBLN_GRAPH_DECODE;
+    g.rows = batch;
+    g.max_seq_len = 4096;
+    g.model = &m;
+    g.num_devices = tp;
+    std::vector<int32_t> ctxs(batch, ctx);
+    ze_rbln_cost_t c{};
+    EXPECT_EQ(zeRblnGraphEstimate(&g, ctxs.data(), batch, &c), ZE_RESULT_SUCCESS) << zeRblnGetLastErrorMessage();
+    return c;
+  }
+
+  static ze_rbln_sim_properties_t props_;
+};
+ze_rbln_sim_properties_t CostModel::props_{};
+
+TEST_F(CostModel, ProfileIsTheDocumentedAtom) {
+  EXPECT_EQ(props_.num_chips, 4u);
+  EXPECT_DOUBLE_EQ(props_.peak_flops, 32e12);
+  EXPECT_DOUBLE_EQ(props_.dram_bandwidth, 256e9);
+  EXPECT_EQ(props_.memory_per_chip, (16ull << 30) - (288ull << 20));
+  EXPECT_EQ(props_.prefill_chunk_size, 128u);
+}
+
+TEST_F(CostModel, DoublingAMemoryBoundDecodeBatchCostsFarLessThanTwice) {
+  for (uint32_t b : {1u, 2u, 4u, 8u}) {
+    const ze_rbln_cost_t one = decode(b, 1, 512), two = decode(2 * b, 1, 512);
+    EXPECT_GT(one.memory_s, one.compute_s) << "batch " << b << " should be memory bound";
+    EXPECT_GT(two.total_s, one.total_s);
+    EXPECT_LT(two.total_s / one.total_s, 1.2) << "batch " << b << " -> " << 2 * b;
+  }
+  // One bf16 pass over the 1.236B weights read per token (16 layers + the lm_head; the embedding table
+  // only gives one row) at 256 GB/s x 0.85, plus the KV cache and the launch: ~11.5 ms.
+  const ze_rbln_cost_t b1 = decode(1, 1, 512);
+  EXPECT_NEAR(b1.total_s, 1.236e9 * 2 / (256e9 * 0.85), 0.5e-3);
+}
+
+TEST_F(CostModel, TensorParallel4IsFasterByTheModeledAmount) {
+  const ze_rbln_cost_t t1 = decode(1, 1, 1024), t4 = decode(1, 4, 1024);
+  EXPECT_EQ(t1.link_s, 0.0);
+  // Two ring all-reduces per layer of hidden*2 bytes plus the logits all-gather.
+  const double n = 4, lat = props_.link_latency_s, bw = props_.link_bandwidth;
+  const double allreduce = 2 * (n - 1) / n * 2048 * 2 / bw + 2 * (n - 1) * lat;
+  const double gather = (n - 1) / n * 128256 * 4 / bw + (n - 1) * lat;
+  EXPECT_NEAR(t4.link_s, 32 * allreduce + gather, 1e-9);
+  // The on-chip part shrinks 4x: every chip reads a quarter of the sharded weights.
+  const double chip1 = t1.compute_s + t1.memory_s, chip4 = t4.compute_s + t4.memory_s;
+  EXPECT_NEAR(chip4, chip1 / 4, chip1 * 0.01);
+  const double speedup = t1.total_s / t4.total_s;
+  std::printf("TP1 %.3f ms, TP4 %.3f ms (link %.3f ms), speed-up %.2fx\n", 1e3 * t1.total_s, 1e3 * t4.total_s, 1e3 * t4.link_s, speedup);
+  EXPECT_NEAR(speedup, t1.total_s / (chip1 / 4 + t4.link_s + t4.overhead_s), 0.1);
+  EXPECT_GT(speedup, 3.0);
+  EXPECT_LT(speedup, 4.0);
+}
+
+TEST_F(CostModel, PrefillIsComputeBound) {
+  const ze_rbln_decoder_desc_t m = llama_1b();
+  ze_rbln_graph_desc_t g{};
+  g.kind = ZE_RBLN_GRAPH_PREFILL;
+  g.rows = 128;
+  g.max_seq_len = 4096;
+  g.model = &m;
+  g.num_devices = 1;
+  std::vector<int32_t> ctx(128);
+  for (int i = 0; i < 128; ++i) ctx[size_t(i)] = i + 1;
+  ze_rbln_cost_t c{};
+  ASSERT_EQ(zeRblnGraphEstimate(&g, ctx.data(), 1, &c), ZE_RESULT_SUCCESS);
+  EXPECT_GT(c.compute_s, c.memory_s);
+}
+
+}  // namespace

@@ -1,0 +1,213 @@
+"""End-to-end checks of --device rbln through the real `halo` binary: compile then
+generate at TP 1/2/4 equals the CPU plugin, the static-limit errors, the memory
+refusal, fault injection and the bench report. Run by ctest with Debian's python3."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ARGS = None
+TMP = None
+PROMPTS = ["What is curl?", "What is vim?", "Tell me about apt", "x", "What is a compiler?"]
+
+
+def halo(*args, check=True, env=None, timeout=300):
+    proc = subprocess.run([ARGS.halo, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"halo {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+    return proc
+
+
+def generate_ids(model, device, *extra, env=None):
+    args = ["generate", model, "--device", device, "--output", "json", "--log-level", "warn",
+            "--temperature", "0", "--max-tokens", "24", "--ignore-eos", *extra]
+    out = halo(*args, env=env).stdout
+    return [json.loads(line)["token_ids"] for line in out.splitlines() if line.strip()]
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def compile_model(src, name, *extra):
+    out = os.path.join(TMP, name)
+    if not os.path.exists(os.path.join(out, "manifest.json")):
+        halo("compile", src, "--device", "rbln", "-o", out, "--log-level", "warn", *extra)
+    return out
+
+
+def prompt_args(chat=True):
+    args = sum((["--prompt", p] for p in PROMPTS), [])
+    return args + (["--chat"] if chat else [])
+
+
+class CompileThenGenerate(unittest.TestCase):
+    def check_equal(self, model_dir, chat, tps, max_seq_len):
+        cpu = generate_ids(model_dir, "cpu", *prompt_args(chat))
+        for tp in tps:
+            with self.subTest(tp=tp):
+                out = compile_model(model_dir, f"{os.path.basename(model_dir)}-tp{tp}", "--batch-size", "4",
+                                    "--max-seq-len", str(max_seq_len), "--tensor-parallel-size", str(tp))
+                manifest = load_json(os.path.join(out, "manifest.json"))
+                self.assertEqual(manifest["tensor_parallel_size"], tp)
+                self.assertEqual(manifest["kv_block_size"], max_seq_len)
+                self.assertEqual(manifest["decode_buckets"], [4, 2, 1])
+                for f in ("config.json", "tokenizer.json", "programs/decode_b4.json", "programs/prefill_c128.json",
+                          *[f"chip{c}.safetensors" for c in range(tp)]):
+                    self.assertTrue(os.path.exists(os.path.join(out, f)), f)
+                # 5 prompts on a batch-4 build: a padded decode bucket and a queued request.
+                self.assertEqual(generate_ids(out, "rbln", *prompt_args(chat)), cpu)
+
+    def test_demo_model_tp_1_2_4(self):
+        self.check_equal(os.path.join(ARGS.source_dir, "models", "pkgchat-5m"), True, (1, 2, 4), 256)
+
+    def test_generated_model_tp_1_2_4(self):
+        # Qwen2 (q/k/v biases), 4 query heads and 2 kv heads: TP 4 replicates each kv head on two chips;
+        # a prompt longer than one prefill chunk (128) runs as two chunks.
+        model = os.path.join(TMP, "qwen2-gen")
+        if not os.path.exists(model):
+            subprocess.run([sys.executable, os.path.join(ARGS.source_dir, "tools", "make_test_model.py"),
+                            "--family", "qwen2", "--out", model, "--hidden", "64", "--layers", "2", "--heads", "4",
+                            "--kv-heads", "2", "--intermediate", "96", "--max-pos", "512"], check=True)
+        long_prompt = ",".join(str(10 + (i * 37) % 3000) for i in range(200))
+        global PROMPTS
+        saved = PROMPTS
+        try:
+            cpu = generate_ids(model, "cpu", *prompt_args(False), "--prompt-ids", long_prompt)
+            for tp in (1, 2, 4):
+                with self.subTest(tp=tp):
+                    out = compile_model(model, f"qwen2-gen-tp{tp}", "--batch-size", "4", "--max-seq-len", "320",
+                                        "--tensor-parallel-size", str(tp))
+                    self.assertEqual(load_json(os.path.join(out, "manifest.json"))["kv_heads_replicated"], tp == 4)
+                    got = generate_ids(out, "rbln", *prompt_args(False), "--prompt-ids", long_prompt)
+                    self.assertEqual(got, cpu)
+        finally:
+            PROMPTS = saved
+
+
+class Limits(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = compile_model(os.path.join(ARGS.source_dir, "models", "pkgchat-5m"), "pkgchat-tp2-limits",
+                                  "--batch-size", "4", "--max-seq-len", "256", "--tensor-parallel-size", "2")
+
+    def run_bad(self, *args, model=None):
+        p = halo("generate", model or self.model, "--device", "rbln", "--prompt", "hi", "--max-tokens", "2",
+                 "--log-level", "warn", *args, check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        return p.stderr
+
+    def test_batch_too_big(self):
+        err = self.run_bad("--max-num-seqs", "8")
+        self.assertIn("--max-num-seqs=8", err)
+        self.assertIn("max-num-seqs=4", err)
+
+    def test_max_model_len_larger_than_compiled(self):
+        err = self.run_bad("--max-model-len", "512")
+        self.assertIn("--max-model-len=512", err)
+        self.assertIn("max-model-len=256", err)
+
+    def test_block_size_and_batched_tokens_contradict(self):
+        self.assertIn("block-size=256", self.run_bad("--block-size", "16"))
+        self.assertIn("max-num-batched-tokens=256", self.run_bad("--max-num-batched-tokens", "2048"))
+
+    def test_compiled_limits_are_adopted(self):
+        p = halo("generate", self.model, "--device", "rbln", "--prompt", "hi", "--max-tokens", "2")
+        self.assertIn("max_num_seqs=4 max_model_len=256 max_num_batched_tokens=256 chunked_prefill=false", p.stderr)
+
+    def test_memory_does_not_fit_names_the_numbers(self):
+        p = halo("compile", os.path.join(ARGS.source_dir, "models", "pkgchat-5m"), "--device", "rbln",
+                 "--batch-size", "20000", "--max-seq-len", "512", "--dry-run", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("does not fit", p.stderr)
+        self.assertIn("for batch 20000 x max_seq_len 512", p.stderr)
+        self.assertIn("GiB usable per chip", p.stderr)
+
+    def test_bad_tensor_parallel_size(self):
+        src = os.path.join(ARGS.source_dir, "models", "pkgchat-5m")
+        p = halo("compile", src, "--tensor-parallel-size", "3", "--dry-run", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("does not divide num_attention_heads=8", p.stderr)
+        p = halo("compile", src, "--tensor-parallel-size", "8", "--dry-run", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("needs 8 chips", p.stderr)
+
+    def test_wrong_device_either_way(self):
+        p = halo("generate", self.model, "--device", "cpu", "--prompt", "hi", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("compiled for device 'rbln'", p.stderr)
+        err = self.run_bad(model=os.path.join(ARGS.source_dir, "models", "pkgchat-5m"))
+        self.assertIn("runs compiled models only", err)
+
+
+class Faults(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = compile_model(os.path.join(ARGS.source_dir, "models", "pkgchat-5m"), "pkgchat-tp2-limits",
+                                  "--batch-size", "4", "--max-seq-len", "256", "--tensor-parallel-size", "2")
+
+    def run_fault(self, fault, env=None):
+        t0 = time.monotonic()
+        p = halo("generate", self.model, "--device", "rbln", "--prompt", "What is curl?", "--prompt", "hi",
+                 "--max-tokens", "16", "--log-level", "warn", check=False, timeout=60,
+                 env={"HALO_RBLN_FAULT": fault, **(env or {})})
+        self.assertEqual(p.returncode, 1, p.stderr)  # an error exit, not a signal
+        self.assertTrue(p.stderr.startswith("error: "), p.stderr)
+        return p.stderr, time.monotonic() - t0
+
+    def test_chip_fails_at_step(self):
+        err, _ = self.run_fault("chip_fail_at_step=3")
+        self.assertIn("ZE_RESULT_ERROR_DEVICE_LOST", err)
+        self.assertIn("chip 1 failed", err)
+
+    def test_allocation_fails(self):
+        err, _ = self.run_fault("alloc_fail=4")
+        self.assertIn("ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY", err)
+
+    def test_hung_command_times_out(self):
+        profile = os.path.join(TMP, "fast-timeout.yaml")
+        with open(profile, "w") as f:
+            f.write("command_timeout_ms: 300\n")
+        err, secs = self.run_fault("hang_at_step=2", env={"HALO_RBLN_PROFILE": profile})
+        self.assertIn("did not complete the command within 300 ms", err)
+        self.assertLess(secs, 30)
+
+
+class Report(unittest.TestCase):
+    def test_devices_lists_rbln(self):
+        out = halo("devices", "--device", "rbln").stdout
+        self.assertIn("kind=npu", out)
+        self.assertIn("chips=4", out)
+        self.assertIn("static-shapes", out)
+        self.assertNotIn("chunked-prefill", out)
+
+    def test_bench_reports_simulated_throughput_and_memory(self):
+        model = compile_model(os.path.join(ARGS.source_dir, "models", "pkgchat-5m"), "pkgchat-tp2-limits",
+                              "--batch-size", "4", "--max-seq-len", "256", "--tensor-parallel-size", "2")
+        out_json = os.path.join(TMP, "bench.json")
+        out = halo("bench", "throughput", model, "--device", "rbln", "--num-prompts", "6", "--input-len", "32",
+                   "--output-len", "8", "--baseline-prompts", "0", "--output-json", out_json).stdout
+        self.assertIn("device output tokens/s", out)
+        self.assertIn("compute / memory / link", out)
+        d = load_json(out_json)["batched"]["device"]
+        self.assertGreater(d["output_tokens_per_s"], 0)
+        shares = d["compute_share"] + d["memory_share"] + d["link_share"]  # the rest: launch overhead
+        self.assertGreater(shares, 0.5)
+        self.assertLessEqual(shares, 1.0 + 1e-9)
+        self.assertGreater(d["chip_memory_used_bytes"][1], 0)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--halo", required=True)
+    p.add_argument("--source-dir", required=True)
+    ARGS, rest = p.parse_known_args()
+    with tempfile.TemporaryDirectory(prefix="halo-rbln-") as tmp:
+        TMP = tmp
+        unittest.main(argv=[sys.argv[0], *rest])
