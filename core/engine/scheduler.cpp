@@ -29,37 +29,12 @@ void Scheduler::preempt(std::shared_ptr<Sequence> seq) {
   waiting_.push_front(std::move(seq));  // first in line once blocks free up
 }
 
-SchedulerOutput Scheduler::schedule() {
-  SchedulerOutput out;
-  int budget = config_.max_num_batched_tokens;
-  bool has_prefill = false, has_decode = false;
-  // A device without mixed batches runs either decodes or one prefill per step.
-  auto kind_allowed = [&](bool prefill) {
-    if (config_.mixed_batch) return true;
-    return prefill ? !has_prefill && !has_decode : !has_prefill;
-  };
+bool Scheduler::kind_allowed(const StepKinds& kinds, bool prefill) const {
+  if (config_.mixed_batch) return true;
+  return prefill ? !kinds.prefill && !kinds.decode : !kinds.prefill;
+}
 
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    auto seq = running_[i];
-    int remaining = seq->num_tokens() - seq->num_computed_tokens;
-    int n = std::min(remaining, budget);
-    if (n < remaining && !config_.chunked_prefill) continue;
-    bool prefill = remaining > 1;
-    if (!kind_allowed(prefill)) continue;
-    bool self_preempted = false;
-    while (!blocks_.allocate_slots(*seq, seq->num_computed_tokens + n)) {
-      auto victim = running_.back();
-      preempt(victim);
-      out.num_preempted++;
-      if (victim == seq) { self_preempted = true; break; }
-    }
-    if (self_preempted) break;
-    out.scheduled.push_back({seq.get(), n});
-    out.num_batched_tokens += n;
-    budget -= n;
-    (prefill ? has_prefill : has_decode) = true;
-  }
-
+void Scheduler::admit_waiting(SchedulerOutput& out, int& budget, StepKinds& kinds) {
   // New work joins only when nobody had to give up blocks this step.
   while (out.num_preempted == 0 && !waiting_.empty() && budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
@@ -67,7 +42,7 @@ SchedulerOutput Scheduler::schedule() {
     int remaining = seq->num_tokens() - seq->num_computed_tokens;
     int n = std::min(remaining, budget);
     if (n < remaining && !config_.chunked_prefill) break;
-    if (!kind_allowed(remaining > 1)) break;
+    if (!kind_allowed(kinds, remaining > 1)) break;
     int hit = seq->block_table.empty() ? blocks_.attach_cached_prefix(*seq) : 0;
     if (hit > 0) {
       remaining = seq->num_tokens() - seq->num_computed_tokens;
@@ -85,8 +60,43 @@ SchedulerOutput Scheduler::schedule() {
     out.scheduled.push_back({seq.get(), n});
     out.num_batched_tokens += n;
     budget -= n;
-    (remaining > 1 ? has_prefill : has_decode) = true;
+    (remaining > 1 ? kinds.prefill : kinds.decode) = true;
   }
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int budget = config_.max_num_batched_tokens;
+  StepKinds kinds;
+  // A device that cannot mix prefill and decode (static-shape NPUs) runs a
+  // waiting prompt first whenever a slot is free, as vllm-rbln does;
+  // otherwise a new request would wait for every running one to finish.
+  if (!config_.mixed_batch) {
+    admit_waiting(out, budget, kinds);
+    if (!out.empty()) return out;
+  }
+
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    auto seq = running_[i];
+    int remaining = seq->num_tokens() - seq->num_computed_tokens;
+    int n = std::min(remaining, budget);
+    if (n < remaining && !config_.chunked_prefill) continue;
+    bool prefill = remaining > 1;
+    if (!kind_allowed(kinds, prefill)) continue;
+    bool self_preempted = false;
+    while (!blocks_.allocate_slots(*seq, seq->num_computed_tokens + n)) {
+      auto victim = running_.back();
+      preempt(victim);
+      out.num_preempted++;
+      if (victim == seq) { self_preempted = true; break; }
+    }
+    if (self_preempted) break;
+    out.scheduled.push_back({seq.get(), n});
+    out.num_batched_tokens += n;
+    budget -= n;
+    (prefill ? kinds.prefill : kinds.decode) = true;
+  }
+  admit_waiting(out, budget, kinds);
   return out;
 }
 

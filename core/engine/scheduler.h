@@ -52,6 +52,12 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
 
  private:
+  struct StepKinds {
+    bool prefill = false;
+    bool decode = false;
+  };
+  bool kind_allowed(const StepKinds& kinds, bool prefill) const;
+  void admit_waiting(SchedulerOutput& out, int& budget, StepKinds& kinds);
   void preempt(std::shared_ptr<Sequence> seq);
   void insert_waiting(std::shared_ptr<Sequence> seq);
 

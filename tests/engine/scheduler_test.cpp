@@ -166,3 +166,18 @@ TEST(Scheduler, AbortFreesBlocks) {
   EXPECT_FALSE(sched.has_unfinished());
   EXPECT_FALSE(sched.abort("a"));
 }
+
+TEST(Scheduler, WithoutMixedBatchesAWaitingPromptRunsFirstWhileASlotIsFree) {
+  KvBlockManager blocks(64, 4);
+  Scheduler sched({.max_num_seqs = 4, .max_num_batched_tokens = 64, .max_model_len = 64, .mixed_batch = false},
+                  blocks);
+  sched.add(make_seq("a", 4, 50, 0));
+  run_step(sched, sched.schedule());  // a prefills
+  sched.add(make_seq("b", 4, 50, 1));
+  auto out = sched.schedule();  // b's prefill goes before a's next decode
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].seq->request_id, "b");
+  run_step(sched, out);
+  out = sched.schedule();  // then both decode together
+  EXPECT_EQ(out.scheduled.size(), 2u);
+}

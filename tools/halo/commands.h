@@ -22,5 +22,6 @@ void add_devices_command(CLI::App& app);
 void add_render_chat_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_compile_command(CLI::App& app);
 
 }  // namespace halo::tools

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   halo::tools::add_devices_command(app);
   halo::tools::add_render_chat_command(app);
   halo::tools::add_bench_command(app);
+  halo::tools::add_compile_command(app);
   halo::tools::add_config_option(app);
   try {
     std::vector<std::string> args = halo::tools::expand_config_args(argc, argv);
@@ -34,7 +35,9 @@ int main(int argc, char** argv) {
     std::reverse(args.begin(), args.end());    // and the arguments last-first
     app.parse(args);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    int rc = app.exit(e);
+    if (rc != 0) std::fputs(halo::tools::config_origin_note(e.what()).c_str(), stderr);
+    return rc;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

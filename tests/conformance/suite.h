@@ -1,0 +1,65 @@
+// Shared pieces of the conformance tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+#include <string>
+
+#include "harness.h"
+
+namespace conf {
+
+// Contracts named in failure messages (docs/plugin-guide.md lists them).
+#define CONTRACT_EXPORTS "[contract: exports and the function table]"
+#define CONTRACT_VERSION "[contract: ABI version negotiation and struct_size]"
+#define CONTRACT_ERRORS "[contract: null and out-of-range arguments return an error object]"
+#define CONTRACT_NO_EXCEPTION "[contract: no C++ exception crosses the ABI]"
+#define CONTRACT_PROPERTIES "[contract: device properties]"
+#define CONTRACT_BUFFERS "[contract: buffer round trips]"
+#define CONTRACT_LOGITS "[contract: logits match the reference plugin]"
+#define CONTRACT_GREEDY "[contract: greedy ids match the reference plugin]"
+#define CONTRACT_BLOCK_TABLES "[contract: paging - K/V are read only through block_tables]"
+#define CONTRACT_CHUNKED "[contract: paging - chunked prefill equals whole prefill]"
+#define CONTRACT_MIXED "[contract: paging - a mixed batch equals separate steps]"
+#define CONTRACT_COPY "[contract: paging - kv_cache_copy_blocks equals recompute]"
+#define CONTRACT_STALE "[contract: paging - reused blocks carry no stale state]"
+#define CONTRACT_LIMITS "[contract: limits - agreed limits are honoured and steps beyond them refused]"
+#define CONTRACT_PADDING "[contract: limits - batches smaller than the limits are correct]"
+#define CONTRACT_TP "[contract: tensor parallel equals one chip]"
+#define CONTRACT_LIFETIME "[contract: lifetime]"
+
+class Conformance : public testing::Test {
+ protected:
+  void SetUp() override {
+    const Lib& lib = plugin();
+    if (lib.api == nullptr) GTEST_FAIL() << "cannot load the plugin: " << lib.load_error << " " CONTRACT_EXPORTS;
+    api_ = lib.api;
+    const int n = device_count(lib);
+    if (n <= settings().device)
+      GTEST_FAIL() << "--device " << settings().device << " but device_count says " << n << " " CONTRACT_PROPERTIES;
+    props_ = properties(lib, settings().device);
+    if (props_.struct_size == 0) GTEST_FAIL() << "device_get_properties failed " CONTRACT_PROPERTIES;
+  }
+  const halo_plugin_api* api() const { return api_; }
+  const halo_device_properties& props() const { return props_; }
+  bool claims(uint32_t cap) const { return (props_.capabilities & cap) == cap; }
+  int dev() const { return settings().device; }
+
+ private:
+  const halo_plugin_api* api_ = nullptr;
+  halo_device_properties props_{};
+};
+
+// The small model most API tests prepare.
+const Model& tiny_model();
+// Session on the plugin under test with the tiny model; fails the test when it cannot be made.
+std::optional<Session> tiny_session(const Proposal& p = {}, int num_blocks = 0);
+
+// Runs `call` in a forked child (crash detection) and in-process, and checks it
+// returns an error with one of `codes` and a non-empty message naming `hint`.
+void expect_error(const std::string& what, const std::function<Status()>& call,
+                  std::initializer_list<halo_status_code> codes, const std::string& hint = "",
+                  const char* contract = CONTRACT_ERRORS);
+
+}  // namespace conf
