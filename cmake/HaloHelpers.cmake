@@ -3,7 +3,7 @@
 function(halo_add_plugin name)
   set(target halo_plugin_${name})
   add_library(${target} MODULE ${ARGN})
-  target_link_libraries(${target} PRIVATE halo::abi)
+  target_link_libraries(${target} PRIVATE halo::abi halo_plugin_support)
   set_target_properties(${target} PROPERTIES
     LIBRARY_OUTPUT_DIRECTORY "${HALO_PLUGIN_OUTPUT_DIR}"
     CXX_VISIBILITY_PRESET hidden

@@ -1,5 +1,6 @@
 #include "serve/api_common.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -109,6 +110,37 @@ std::string context_length_message(int max_model_len, int prompt_tokens, int max
       "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the messages, {} "
       "in the completion). Please reduce the length of the messages or completion.",
       max_model_len, prompt_tokens + max_tokens, prompt_tokens, max_tokens);
+}
+
+json parse_json_object(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return j;
+}
+
+int resolve_max_tokens(const SamplingRequest& s, Endpoint ep, int prompt_len, int max_model_len,
+                       const model::GenerationDefaults& g) {
+  if (s.max_tokens) {
+    if (prompt_len + *s.max_tokens > max_model_len)
+      throw ApiError(400, context_length_message(max_model_len, prompt_len, *s.max_tokens),
+                     ep == Endpoint::kChat ? "messages" : "prompt");
+    return *s.max_tokens;
+  }
+  int room = max_model_len - prompt_len;
+  if (ep == Endpoint::kChat) {
+    // vLLM: what is left of the context, capped by generation_config's max_new_tokens.
+    if (room <= 0) throw ApiError(400, context_length_message(max_model_len, prompt_len, 0), "messages");
+    return g.max_new_tokens ? std::min(room, *g.max_new_tokens) : room;
+  }
+  // OpenAI's default of 16 for completions and /generate.
+  if (prompt_len + 16 > max_model_len)
+    throw ApiError(400, context_length_message(max_model_len, prompt_len, 16), "prompt");
+  return 16;
 }
 
 namespace {

@@ -83,4 +83,13 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
 // vLLM's context-length message.
 std::string context_length_message(int max_model_len, int prompt_tokens, int max_tokens);
 
+// The request body as a JSON object (400 otherwise).
+json parse_json_object(const std::string& body);
+
+// max_tokens from the request, else the endpoint's default (16 for
+// completions and /generate; chat: what is left of the context, capped by
+// generation_config's max_new_tokens); 400 when it overflows the context.
+int resolve_max_tokens(const SamplingRequest& s, Endpoint ep, int prompt_len, int max_model_len,
+                       const model::GenerationDefaults& g);
+
 }  // namespace halo::serve

@@ -16,19 +16,6 @@ using engine::FinishReason;
 using engine::StreamEvent;
 using engine::TokenLogprob;
 
-struct OpenAIServer::Model {
-  std::shared_ptr<engine::AsyncEngine> engine;
-  std::optional<text::ChatTemplate> chat_template;
-  SamplingDefaults defaults;
-  int max_model_len = 0;
-  int vocab_size = 0;
-  int block_size = 0;
-  int num_blocks = 0;
-  int max_num_seqs = 0;
-  std::string bos, eos;
-  const text::Tokenizer& tokenizer() const { return engine->tokenizer(); }
-};
-
 struct OpenAIServer::PromptInput {
   std::string text;  // the text the prompt came from ("" for token-id prompts)
   bool from_text = false;
@@ -67,16 +54,7 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-json parse_body(const HttpRequest& req) {
-  json j;
-  try {
-    j = json::parse(req.body);
-  } catch (const json::exception& e) {
-    throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
-  }
-  if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
-  return j;
-}
+json parse_body(const HttpRequest& req) { return parse_json_object(req.body); }
 
 double finite_logprob(float v) { return std::isfinite(v) ? double(v) : -9999.0; }
 
@@ -125,7 +103,7 @@ std::vector<int32_t> parse_token_ids(const json& arr, const char* param, int voc
 // One API request: one or more prompts (streams), n choices each. Every
 // StreamConsumer call comes from the pump thread; the disconnect/abort flags
 // may be set from others.
-class GenerationJob : public StreamConsumer, public std::enable_shared_from_this<GenerationJob> {
+class GenerationJob : public StreamConsumer, public TrackedJob, public std::enable_shared_from_this<GenerationJob> {
  public:
   struct Choice {
     std::string text;
@@ -165,6 +143,10 @@ class GenerationJob : public StreamConsumer, public std::enable_shared_from_this
 
   void abort_engine() {
     for (const auto& eid : engine_ids) model->engine->abort(eid);
+  }
+  void abort_for_shutdown() override {
+    shutdown_abort = true;
+    abort_engine();
   }
 
   // ---- StreamConsumer ----
@@ -513,27 +495,67 @@ OpenAIServer::OpenAIServer(ApiConfig config)
 OpenAIServer::~OpenAIServer() { pump_.reset(); }
 
 void OpenAIServer::set_engine(std::shared_ptr<engine::AsyncEngine> eng, std::optional<text::ChatTemplate> tpl) {
-  auto m = std::make_shared<Model>();
-  const auto& e = eng->engine();
-  m->max_model_len = e.max_model_len();
-  m->vocab_size = e.model().config().spec.vocab_size;
-  m->block_size = e.limits().block_size;
-  m->num_blocks = e.num_kv_blocks();
-  m->max_num_seqs = e.limits().max_num_seqs;
-  m->defaults.generation = e.model().config().generation;
-  m->defaults.vocab_size = m->vocab_size;
-  m->bos = eng->tokenizer().bos_token();
-  m->eos = eng->tokenizer().eos_token();
-  m->chat_template = std::move(tpl);
-  m->engine = std::move(eng);
-  std::lock_guard lk(model_mu_);
-  model_ = std::move(m);
+  add_model(ServedModel::make(config_.served_model_names, config_.model_root, std::move(eng), std::move(tpl)));
+  set_ready();
 }
 
-const OpenAIServer::Model& OpenAIServer::model() const {
+void OpenAIServer::add_model(std::shared_ptr<ServedModel> m) {
   std::lock_guard lk(model_mu_);
-  if (!model_) throw ApiError(503, "the model is still loading");
-  return *model_;
+  for (const auto& name : m->names)
+    for (const auto& other : models_)
+      if (other->answers_to(name)) throw Error(fmt::format("two models are named '{}'", name));
+  models_.push_back(std::move(m));
+}
+
+void OpenAIServer::refuse_model(const std::string& name, const std::string& reason) {
+  std::lock_guard lk(model_mu_);
+  refused_.push_back({name, reason});
+}
+
+void OpenAIServer::set_ready() {
+  std::lock_guard lk(model_mu_);
+  ready_ = true;
+}
+
+std::vector<std::shared_ptr<const ServedModel>> OpenAIServer::served_models() const {
+  std::lock_guard lk(model_mu_);
+  return models_;
+}
+
+std::vector<OpenAIServer::Refusal> OpenAIServer::refused_models() const {
+  std::lock_guard lk(model_mu_);
+  return refused_;
+}
+
+bool OpenAIServer::ready() const {
+  std::lock_guard lk(model_mu_);
+  if (!ready_ || models_.empty()) return false;
+  for (const auto& m : models_)
+    if (!m->engine->healthy()) return false;
+  return true;
+}
+
+std::shared_ptr<const ServedModel> OpenAIServer::find_model(const std::string* name) const {
+  std::lock_guard lk(model_mu_);
+  if (!name || name->empty()) {
+    if (models_.empty()) throw ApiError(503, ready_ ? "no model is being served" : "the model is still loading");
+    return models_.front();
+  }
+  for (const auto& m : models_)
+    if (m->answers_to(*name)) return m;
+  for (const auto& r : refused_)
+    if (r.name == *name)
+      throw ApiError(404, fmt::format("The model `{}` does not exist. It was refused at load: {}", *name, r.reason),
+                     "model");
+  if (!ready_) throw ApiError(503, fmt::format("the model `{}` is not loaded yet", *name), "model");
+  throw ApiError(404, fmt::format("The model `{}` does not exist.", *name), "model");
+}
+
+std::shared_ptr<const ServedModel> OpenAIServer::request_model(const json& body) const {
+  auto it = body.find("model");
+  if (it == body.end() || it->is_null()) return find_model(nullptr);
+  if (!it->is_string()) throw ApiError(400, "'model' must be a string", "model");
+  return find_model(&it->get_ref<const std::string&>());
 }
 
 size_t OpenAIServer::active_requests() const {
@@ -547,17 +569,14 @@ bool OpenAIServer::wait_idle(std::chrono::steady_clock::time_point deadline) {
 }
 
 void OpenAIServer::abort_all(const std::string& reason) {
-  std::vector<std::shared_ptr<GenerationJob>> live;
+  std::vector<std::shared_ptr<TrackedJob>> live;
   {
     std::lock_guard lk(jobs_mu_);
     for (auto& [p, w] : jobs_)
       if (auto j = w.lock()) live.push_back(std::move(j));
   }
   if (!live.empty()) spdlog::warn("aborting {} requests: {}", live.size(), reason);
-  for (auto& j : live) {
-    j->shutdown_abort = true;
-    j->abort_engine();
-  }
+  for (auto& j : live) j->abort_for_shutdown();
 }
 
 void OpenAIServer::check_auth(const HttpRequest& req) const {
@@ -571,13 +590,6 @@ void OpenAIServer::check_auth(const HttpRequest& req) const {
     e.headers.push_back({"WWW-Authenticate", "Bearer"});
     throw e;
   }
-}
-
-void OpenAIServer::check_model(const std::string* name) const {
-  if (!name) return;
-  const auto& names = config_.served_model_names;
-  if (std::find(names.begin(), names.end(), *name) == names.end())
-    throw ApiError(404, fmt::format("The model `{}` does not exist.", *name), "model");
 }
 
 void OpenAIServer::handle(HttpRequest&& req, const std::shared_ptr<Responder>& responder) {
@@ -654,45 +666,81 @@ HttpResponse OpenAIServer::route(HttpRequest& req, const std::shared_ptr<Respond
 }
 
 HttpResponse OpenAIServer::health() {
-  std::shared_ptr<const Model> m;
   {
     std::lock_guard lk(model_mu_);
-    m = model_;
+    if (!ready_) return error_response(503, "the model is still loading");
+    if (models_.empty()) return error_response(503, "no model is being served");
   }
-  if (!m) return error_response(503, "the model is still loading");
-  if (!m->engine->healthy()) return error_response(503, "the engine failed (see the server log)");
+  if (!ready()) return error_response(503, "the engine failed (see the server log)");
   HttpResponse r;
   r.content_type = "text/plain";
   return r;
 }
 
 HttpResponse OpenAIServer::models() {
-  const Model& m = model();
+  find_model(nullptr);  // 503 while nothing is loaded
   ojson data = ojson::array();
-  for (const auto& name : config_.served_model_names) {
-    data.push_back(ojson{{"id", name},
-                         {"object", "model"},
-                         {"created", created_},
-                         {"owned_by", "halo"},
-                         {"root", config_.model_root},
-                         {"parent", nullptr},
-                         {"max_model_len", m.max_model_len},
-                         {"permission", ojson::array()}});
+  for (const auto& m : served_models()) {
+    for (const auto& name : m->names) {
+      data.push_back(ojson{{"id", name},
+                           {"object", "model"},
+                           {"created", created_},
+                           {"owned_by", "halo"},
+                           {"root", m->root},
+                           {"parent", nullptr},
+                           {"max_model_len", m->max_model_len},
+                           {"permission", ojson::array()}});
+    }
   }
   return json_response(200, ojson{{"object", "list"}, {"data", data}});
 }
 
+namespace {
+
+// Prometheus text of several models as one exposition: every family's samples
+// together, under one HELP/TYPE header (the model_name label tells them apart).
+std::string merge_prometheus(const std::vector<std::string>& bodies) {
+  std::vector<std::string> order;
+  std::unordered_map<std::string, std::string> families;
+  for (const auto& body : bodies) {
+    std::string current;
+    size_t pos = 0;
+    while (pos < body.size()) {
+      size_t nl = body.find('\n', pos);
+      std::string line = body.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+      pos = nl == std::string::npos ? body.size() : nl + 1;
+      if (line.empty()) continue;
+      if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) {
+        size_t end = line.find(' ', 7);
+        current = line.substr(7, end == std::string::npos ? std::string::npos : end - 7);
+        if (!families.count(current)) order.push_back(current);
+        std::string& fam = families[current];
+        if (fam.find(line) == std::string::npos) fam += line + "\n";
+        continue;
+      }
+      if (!families.count(current)) order.push_back(current);
+      families[current] += line + "\n";
+    }
+  }
+  std::string out;
+  for (const auto& name : order) out += families[name];
+  return out;
+}
+
+}  // namespace
+
 HttpResponse OpenAIServer::metrics() {
-  const Model& m = model();
-  auto em = m.engine->metrics();
+  find_model(nullptr);
+  std::vector<std::string> bodies;
+  for (const auto& m : served_models())
+    bodies.push_back(engine::render_prometheus(m->engine->metrics(), m->name(), m->block_size, m->num_blocks));
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  r.body = engine::render_prometheus(em, config_.served_model_names.front(), m.block_size, m.num_blocks);
+  r.body = bodies.size() == 1 ? bodies.front() : merge_prometheus(bodies);
   return r;
 }
 
-std::string OpenAIServer::render_chat(Fields& f, bool& add_special, std::string* echo_prefix) const {
-  const Model& m = model();
+std::string OpenAIServer::render_chat(const Model& m, Fields& f, bool& add_special, std::string* echo_prefix) const {
   const json* messages = f.get("messages");
   if (!messages) throw ApiError(400, "'messages' is required", "messages");
   if (!messages->is_array() || messages->empty())
@@ -751,14 +799,15 @@ std::string OpenAIServer::render_chat(Fields& f, bool& add_special, std::string*
 }
 
 HttpResponse OpenAIServer::tokenize(const HttpRequest& req) {
-  const Model& m = model();
   json body = parse_body(req);
+  auto mp = request_model(body);
+  const Model& m = *mp;
   Fields f(body);
-  check_model(f.get("model") && f.get("model")->is_string() ? &body["model"].get_ref<const std::string&>() : nullptr);
+  f.touch("model");
   std::vector<int32_t> ids;
   if (f.get("messages")) {
     bool add_special = false;
-    std::string prompt = render_chat(f, add_special, nullptr);
+    std::string prompt = render_chat(m, f, add_special, nullptr);
     ids = m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos));
   } else {
     auto prompt = f.string("prompt");
@@ -778,10 +827,11 @@ HttpResponse OpenAIServer::tokenize(const HttpRequest& req) {
 }
 
 HttpResponse OpenAIServer::detokenize(const HttpRequest& req) {
-  const Model& m = model();
   json body = parse_body(req);
+  auto mp = request_model(body);
+  const Model& m = *mp;
   Fields f(body);
-  check_model(f.get("model") && f.get("model")->is_string() ? &body["model"].get_ref<const std::string&>() : nullptr);
+  f.touch("model");
   const json* toks = f.get("tokens");
   if (!toks || !toks->is_array()) throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens");
   auto ids = parse_token_ids(*toks, "tokens", m.vocab_size);
@@ -790,15 +840,16 @@ HttpResponse OpenAIServer::detokenize(const HttpRequest& req) {
 }
 
 HttpResponse OpenAIServer::chat_render(const HttpRequest& req) {
-  const Model& m = model();
   json body = parse_body(req);
+  auto mp = request_model(body);
+  const Model& m = *mp;
   Fields f(body);
-  check_model(f.get("model") && f.get("model")->is_string() ? &body["model"].get_ref<const std::string&>() : nullptr);
+  f.touch("model");
   bool add_special = false;
-  std::string prompt = render_chat(f, add_special, nullptr);
+  std::string prompt = render_chat(m, f, add_special, nullptr);
   auto ids = m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos));
   f.log_unknown("/v1/chat/completions/render");
-  return json_response(200, ojson{{"model", config_.served_model_names.front()},
+  return json_response(200, ojson{{"model", m.name()},
                                   {"prompt", prompt},
                                   {"prompt_token_ids", ids},
                                   {"num_tokens", ids.size()}});
@@ -806,10 +857,7 @@ HttpResponse OpenAIServer::chat_render(const HttpRequest& req) {
 
 // ---- admission ----
 
-void OpenAIServer::admit(const Model& m, const std::vector<PromptInput>& prompts) {
-  int64_t tokens = 0;
-  for (const auto& p : prompts) tokens += static_cast<int64_t>(p.ids.size());
-  const int64_t reqs = static_cast<int64_t>(prompts.size());
+void OpenAIServer::admit(const Model& m, int64_t reqs, int64_t tokens) {
   std::lock_guard lk(jobs_mu_);
   bool over_requests = config_.max_queued_requests > 0 && queued_requests_ + reqs > config_.max_queued_requests;
   // A request larger than the token budget is still admitted into an empty queue.
@@ -842,7 +890,12 @@ void OpenAIServer::job_started_stream(int64_t prompt_tokens) {
   queued_tokens_ -= prompt_tokens;
 }
 
-void OpenAIServer::job_done(GenerationJob* job) {
+void OpenAIServer::track(const std::shared_ptr<TrackedJob>& job) {
+  std::lock_guard lk(jobs_mu_);
+  jobs_[job.get()] = job;
+}
+
+void OpenAIServer::job_done(TrackedJob* job) {
   {
     std::lock_guard lk(jobs_mu_);
     jobs_.erase(job);
@@ -854,8 +907,12 @@ void OpenAIServer::start_job(std::shared_ptr<GenerationJob> job, const std::shar
   const Model& m = *job->model;
   auto& opts = job->sreq.options;
   // Validate every prompt before queuing any.
-  for (const auto& p : job->prompts) m.engine->engine().validate_request(p.ids, opts.sampling);
-  admit(m, job->prompts);
+  int64_t prompt_tokens = 0;
+  for (const auto& p : job->prompts) {
+    m.engine->engine().validate_request(p.ids, opts.sampling);
+    prompt_tokens += static_cast<int64_t>(p.ids.size());
+  }
+  admit(m, static_cast<int64_t>(job->prompts.size()), prompt_tokens);
   job->res = res;
   job->choices.resize(job->prompts.size() * job->n);
   job->stream_started.assign(job->prompts.size(), false);
@@ -874,10 +931,7 @@ void OpenAIServer::start_job(std::shared_ptr<GenerationJob> job, const std::shar
       job_started_stream(static_cast<int64_t>(job->prompts[i].ids.size()));
     throw;
   }
-  {
-    std::lock_guard lk(jobs_mu_);
-    jobs_[job.get()] = job;
-  }
+  track(job);
   std::weak_ptr<GenerationJob> weak = job;
   res->on_disconnect([weak] {
     if (auto j = weak.lock()) {
@@ -894,27 +948,6 @@ void OpenAIServer::start_job(std::shared_ptr<GenerationJob> job, const std::shar
 
 namespace {
 
-// max_tokens from the request, else the endpoint's default; checks the context.
-int resolve_max_tokens(const SamplingRequest& s, Endpoint ep, int prompt_len, int max_model_len,
-                       const model::GenerationDefaults& g) {
-  if (s.max_tokens) {
-    if (prompt_len + *s.max_tokens > max_model_len)
-      throw ApiError(400, context_length_message(max_model_len, prompt_len, *s.max_tokens),
-                     ep == Endpoint::kChat ? "messages" : "prompt");
-    return *s.max_tokens;
-  }
-  int room = max_model_len - prompt_len;
-  if (ep == Endpoint::kChat) {
-    // vLLM: what is left of the context, capped by generation_config's max_new_tokens.
-    if (room <= 0) throw ApiError(400, context_length_message(max_model_len, prompt_len, 0), "messages");
-    return g.max_new_tokens ? std::min(room, *g.max_new_tokens) : room;
-  }
-  // OpenAI's default of 16 for completions and /generate.
-  if (prompt_len + 16 > max_model_len)
-    throw ApiError(400, context_length_message(max_model_len, prompt_len, 16), "prompt");
-  return 16;
-}
-
 void truncate(std::vector<int32_t>& ids, std::optional<int> k, int max_model_len) {
   if (!k) return;
   int keep = *k < 0 ? max_model_len : *k;
@@ -929,22 +962,15 @@ void truncate(std::vector<int32_t>& ids, std::optional<int> k, int max_model_len
 }  // namespace
 
 void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  std::shared_ptr<const Model> mp;
-  {
-    std::lock_guard lk(model_mu_);
-    mp = model_;
-  }
-  if (!mp) throw ApiError(503, "the model is still loading");
-  const Model& m = *mp;
   json body = parse_body(req);
+  std::shared_ptr<const Model> mp = request_model(body);
+  const Model& m = *mp;
   Fields f(body);
-  const json* mj = f.get("model");
-  if (mj && !mj->is_string()) throw ApiError(400, "'model' must be a string", "model");
-  check_model(mj ? &mj->get_ref<const std::string&>() : nullptr);
+  f.touch("model");
 
   auto job = std::make_shared<GenerationJob>(Endpoint::kCompletions, *this, mp);
   job->id = random_id("cmpl-");
-  job->model_name = config_.served_model_names.front();
+  job->model_name = m.name();
   job->sreq = parse_sampling(f, Endpoint::kCompletions, m.defaults);
   if (const json* suffix = f.get("suffix"); suffix && !(suffix->is_string() && suffix->get<std::string>().empty()))
     throw ApiError(400, "'suffix' is not supported by halo (no fill-in-the-middle)", "suffix");
@@ -1002,25 +1028,18 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
 }
 
 void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  std::shared_ptr<const Model> mp;
-  {
-    std::lock_guard lk(model_mu_);
-    mp = model_;
-  }
-  if (!mp) throw ApiError(503, "the model is still loading");
-  const Model& m = *mp;
   json body = parse_body(req);
+  std::shared_ptr<const Model> mp = request_model(body);
+  const Model& m = *mp;
   Fields f(body);
-  const json* mj = f.get("model");
-  if (mj && !mj->is_string()) throw ApiError(400, "'model' must be a string", "model");
-  check_model(mj ? &mj->get_ref<const std::string&>() : nullptr);
+  f.touch("model");
 
   auto job = std::make_shared<GenerationJob>(Endpoint::kChat, *this, mp);
   job->id = random_id("chatcmpl-");
-  job->model_name = config_.served_model_names.front();
+  job->model_name = m.name();
   job->sreq = parse_sampling(f, Endpoint::kChat, m.defaults);
   bool add_special = false;
-  std::string prompt = render_chat(f, add_special, &job->chat_echo);
+  std::string prompt = render_chat(m, f, add_special, &job->chat_echo);
   PromptInput p{prompt, true, m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos))};
   truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
   auto& s = job->sreq.options.sampling;
@@ -1038,18 +1057,14 @@ void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>
 }
 
 void OpenAIServer::generate(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  std::shared_ptr<const Model> mp;
-  {
-    std::lock_guard lk(model_mu_);
-    mp = model_;
-  }
-  if (!mp) throw ApiError(503, "the model is still loading");
-  const Model& m = *mp;
   json body = parse_body(req);
+  std::shared_ptr<const Model> mp = request_model(body);
+  const Model& m = *mp;
   Fields f(body);
+  f.touch("model");
   auto job = std::make_shared<GenerationJob>(Endpoint::kGenerate, *this, mp);
   job->id = random_id("generate-");
-  job->model_name = config_.served_model_names.front();
+  job->model_name = m.name();
   if (f.get("logprobs") || f.get("prompt_logprobs"))
     throw ApiError(400, "/generate returns only text: use /v1/completions for logprobs", "logprobs");
   job->sreq = parse_sampling(f, Endpoint::kGenerate, m.defaults);
@@ -1067,6 +1082,39 @@ void OpenAIServer::generate(const HttpRequest& req, const std::shared_ptr<Respon
   job->n = job->sreq.options.n;
   f.log_unknown("/generate");
   start_job(job, res);
+}
+
+// ---- one prompt for the other frontends ----
+
+void OpenAIServer::start_single(std::shared_ptr<SingleJob> job, const std::shared_ptr<Responder>& res) {
+  if (draining_) throw ApiError(503, "the server is shutting down");
+  const Model& m = *job->model;
+  if (job->options.n != 1 || job->options.best_of > 1)
+    throw ApiError(400, "this endpoint returns one sequence: 'n' and 'best_of' must be 1", "n");
+  m.engine->engine().validate_request(job->prompt_ids, job->options.sampling);
+  const auto tokens = static_cast<int64_t>(job->prompt_ids.size());
+  admit(m, 1, tokens);
+  job->res_ = res;
+  job->on_started_ = [this, tokens] { job_started_stream(tokens); };
+  TrackedJob* key = job.get();
+  job->on_done_ = [this, key] { job_done(key); };
+  try {
+    job->stream_ = m.engine->add_request(job->id, job->prompt_ids, job->options);
+  } catch (...) {
+    job_started_stream(tokens);
+    throw;
+  }
+  track(job);
+  std::weak_ptr<SingleJob> weak = job;
+  res->on_disconnect([weak] {
+    if (auto j = weak.lock()) {
+      j->client_gone_ = true;
+      spdlog::info("{}: client disconnected, aborting", j->id);
+      j->model->engine->abort(j->id);
+    }
+  });
+  if (job->stream) job->write_begin(*res);
+  pump_->add(job->stream_, job, 0);
 }
 
 }  // namespace halo::serve

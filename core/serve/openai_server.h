@@ -3,6 +3,10 @@
 // /v1/models, /v1/completions, /v1/chat/completions (+ /render), vLLM's
 // /generate, /tokenize, /detokenize, /health, /ping, /version, /metrics.
 //
+// Several models may be served at once (a model repository, --model given
+// more than once): each is a ServedModel with its own AsyncEngine and KV
+// budget, and requests route by their `model` field (none: the first model).
+//
 // Requests are validated and tokenized on the I/O thread that received them;
 // generation events travel from the engine to the responses through one
 // StreamPump thread. Admission control bounds what waits for the engine.
@@ -18,13 +22,15 @@
 
 #include "engine/async_engine.h"
 #include "serve/http_server.h"
+#include "serve/served_model.h"
+#include "serve/single_job.h"
 #include "serve/stream_pump.h"
 #include "text/jinja/chat_template.h"
 
 namespace halo::serve {
 
 struct ApiConfig {
-  std::vector<std::string> served_model_names;  // first one names the model in responses and metrics
+  std::vector<std::string> served_model_names;  // set_engine's model: the first names it in responses and metrics
   std::string model_root;                       // "root" in /v1/models
   std::string api_key;                          // empty: no authentication
   int max_queued_requests = 4096;               // 0: no limit
@@ -33,7 +39,6 @@ struct ApiConfig {
 };
 
 class GenerationJob;
-class Fields;
 
 class OpenAIServer {
  public:
@@ -42,9 +47,33 @@ class OpenAIServer {
   OpenAIServer(const OpenAIServer&) = delete;
   OpenAIServer& operator=(const OpenAIServer&) = delete;
 
-  // Makes the model endpoints live (/health turns 200). `chat_template` may be
-  // empty when the model has none (chat requests then need "chat_template").
+  // One model: add_model under ApiConfig's names, then set_ready. `chat_template`
+  // may be empty when the model has none (chat requests then need "chat_template").
   void set_engine(std::shared_ptr<engine::AsyncEngine> engine, std::optional<text::ChatTemplate> chat_template);
+
+  // Several models: each is routable as soon as it is added; /health turns
+  // 200 after set_ready (every model tried). A refused model is listed with
+  // its reason (KServe's repository index, and the 404 that names it).
+  void add_model(std::shared_ptr<ServedModel> model);
+  void refuse_model(const std::string& name, const std::string& reason);
+  void set_ready();
+  struct Refusal {
+    std::string name, reason;
+  };
+  std::vector<std::shared_ptr<const ServedModel>> served_models() const;
+  std::vector<Refusal> refused_models() const;
+  // Loading finished, at least one model served, every engine healthy.
+  bool ready() const;
+
+  // ---- shared with the other frontends (KServe v2, SageMaker) ----
+  // The model `name` routes to (null or empty: the first one); ApiError 404
+  // for an unknown name, 503 while loading.
+  std::shared_ptr<const ServedModel> find_model(const std::string* name) const;
+  void check_auth(const HttpRequest& req) const;  // ApiError 401
+  bool draining() const { return draining_.load(); }
+  // Validates the prompt on the engine, admits it (ApiError 429), queues it
+  // and answers through the job's format (streamed or at the end).
+  void start_single(std::shared_ptr<SingleJob> job, const std::shared_ptr<Responder>& res);
 
   // The HTTP handler.
   void handle(HttpRequest&& request, const std::shared_ptr<Responder>& responder);
@@ -59,13 +88,11 @@ class OpenAIServer {
 
  private:
   friend class GenerationJob;
-  struct Model;
+  using Model = ServedModel;
   struct PromptInput;
 
   HttpResponse route(HttpRequest& req, const std::shared_ptr<Responder>& responder, bool& deferred);
-  void check_auth(const HttpRequest& req) const;
-  void check_model(const std::string* model) const;
-  const Model& model() const;
+  std::shared_ptr<const Model> request_model(const json& body) const;  // by its "model" field
 
   HttpResponse models();
   HttpResponse health();
@@ -77,14 +104,17 @@ class OpenAIServer {
   void chat(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   void generate(const HttpRequest& req, const std::shared_ptr<Responder>& res);
 
-  std::string render_chat(Fields& f, bool& add_special_default, std::string* echo_prefix) const;
+  std::string render_chat(const Model& m, Fields& f, bool& add_special_default, std::string* echo_prefix) const;
   void start_job(std::shared_ptr<GenerationJob> job, const std::shared_ptr<Responder>& res);
-  void admit(const Model& model, const std::vector<PromptInput>& prompts);
+  void admit(const Model& model, int64_t requests, int64_t prompt_tokens);
   void job_started_stream(int64_t prompt_tokens);  // first output of a queued prompt
-  void job_done(GenerationJob* job);
+  void track(const std::shared_ptr<TrackedJob>& job);
+  void job_done(TrackedJob* job);
 
   ApiConfig config_;
-  std::shared_ptr<const Model> model_;  // null until loaded
+  std::vector<std::shared_ptr<const Model>> models_;  // in the order added; the first is the default
+  std::vector<Refusal> refused_;
+  bool ready_ = false;
   mutable std::mutex model_mu_;
   std::unique_ptr<StreamPump> pump_;
   std::atomic<bool> draining_{false};
@@ -93,7 +123,7 @@ class OpenAIServer {
   // Admission and shutdown bookkeeping.
   mutable std::mutex jobs_mu_;
   std::condition_variable jobs_cv_;
-  std::unordered_map<GenerationJob*, std::weak_ptr<GenerationJob>> jobs_;
+  std::unordered_map<TrackedJob*, std::weak_ptr<TrackedJob>> jobs_;
   int64_t queued_requests_ = 0;
   int64_t queued_tokens_ = 0;
 };

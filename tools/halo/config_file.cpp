@@ -1,5 +1,9 @@
 #include "config_file.h"
 
+#include <cctype>
+#include <map>
+#include <set>
+
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
@@ -7,6 +11,21 @@
 
 namespace halo::tools {
 namespace {
+
+// Where the flags of this run came from (one parse per process).
+struct Origins {
+  std::map<std::string, std::string> from_file;  // "--flag" -> "FILE:LINE"
+  std::set<std::string> on_command_line;         // "--flag"
+};
+Origins& origins() {
+  static Origins o;
+  return o;
+}
+
+std::string flag_name(const std::string& arg) {
+  size_t eq = arg.find('=');
+  return eq == std::string::npos ? arg : arg.substr(0, eq);
+}
 
 std::vector<std::string> yaml_to_args(const std::string& path) {
   YAML::Node root;
@@ -25,6 +44,7 @@ std::vector<std::string> yaml_to_args(const std::string& path) {
     if (key.starts_with("--")) key = key.substr(2);
     const YAML::Node& v = kv.second;
     std::string flag = "--" + key;
+    origins().from_file[flag] = fmt::format("{}:{}", path, kv.first.Mark().line + 1);
     if (v.IsScalar()) {
       std::string s = v.as<std::string>();
       if (s == "true" || s == "false") {
@@ -68,9 +88,35 @@ std::vector<std::string> expand_config_args(int argc, char** argv) {
       (i <= sub ? head : tail).push_back(in[i]);
     }
   }
+  for (const auto& a : tail)
+    if (a.starts_with("--")) origins().on_command_line.insert(flag_name(a));
   head.insert(head.end(), config.begin(), config.end());
   head.insert(head.end(), tail.begin(), tail.end());
   return head;
+}
+
+std::string config_origin(const std::string& flag) {
+  const auto& o = origins();
+  if (o.on_command_line.count(flag)) return "";
+  auto it = o.from_file.find(flag);
+  return it == o.from_file.end() ? "" : it->second;
+}
+
+std::string config_origin_note(const std::string& message) {
+  std::string note;
+  for (const auto& [flag, where] : origins().from_file) {
+    if (origins().on_command_line.count(flag)) continue;
+    size_t at = message.find(flag);
+    // The flag itself, not a longer one it prefixes.
+    while (at != std::string::npos) {
+      size_t end = at + flag.size();
+      if (end >= message.size() || !(std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '-'))
+        break;
+      at = message.find(flag, end);
+    }
+    if (at != std::string::npos) note += fmt::format("note: {} is set by --config {} (key '{}')\n", flag, where, flag.substr(2));
+  }
+  return note;
 }
 
 void add_config_option(CLI::App& app) {

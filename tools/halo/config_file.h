@@ -15,6 +15,14 @@ namespace halo::tools {
 // file and key for unreadable YAML or values that are not scalars or lists.
 std::vector<std::string> expand_config_args(int argc, char** argv);
 
+// Where a flag ("--max-num-seqs") got its value: "FILE:LINE" of the --config
+// key that set it, or "" when the command line set it (or nothing did).
+std::string config_origin(const std::string& flag);
+
+// For a command-line parse error: one line per flag the message names that a
+// --config file set, naming the file and line ("" when none).
+std::string config_origin_note(const std::string& message);
+
 // Documents --config on every (nested) subcommand that takes options and
 // makes their single-valued options keep their last value.
 void add_config_option(CLI::App& app);

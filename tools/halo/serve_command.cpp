@@ -1,4 +1,17 @@
-// `halo serve`: the OpenAI-compatible HTTP server (vLLM's `vllm serve`).
+// `halo serve`: one or more models over HTTP: the OpenAI-compatible API
+// (vLLM's `vllm serve`), KServe v2 / Triton generate and the SageMaker LMI
+// contract, on one port.
+//
+// Models: the positional MODEL_DIR and every `--model [NAME=]DIR`, plus every
+// model of `--model-repository DIR` (Triton layout); with none of these, the
+// SageMaker environment's HF_MODEL_ID, else the embedded model.
+//
+// Settings of each model are resolved from explicit layers, later ones
+// winning (serve/serving_config.h):
+//   model defaults < environment (SageMaker mode: HF_MODEL_ID,
+//   TENSOR_PARALLEL_DEGREE, OPTION_*) < the model's file (serving.properties
+//   in its directory, or the repository's model.json) < --config YAML
+//   < command line.
 //
 // Signals: SIGINT/SIGTERM are blocked in every thread and taken by the main
 // thread with sigwait, which then drains: stop accepting, let in-flight
@@ -10,11 +23,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -22,25 +33,36 @@
 
 #include "commands.h"
 #include "common/error.h"
-#include "engine/async_engine.h"
+#include "config_file.h"
 #include "serve/http_server.h"
+#include "serve/kserve_frontend.h"
+#include "serve/model_loading.h"
+#include "serve/model_repository.h"
 #include "serve/openai_server.h"
-#include "text/jinja/chat_template.h"
-#include "text/tokenizer/tokenizer.h"
+#include "serve/sagemaker_frontend.h"
+#include "serve/serving_config.h"
 
 namespace halo::tools {
 namespace fs = std::filesystem;
+using serve::ModelSettings;
+using serve::Setting;
+using serve::SettingLayer;
+
 namespace {
 
 struct ServeOptions {
   std::string model_dir;
+  std::vector<std::string> models;  // --model [NAME=]DIR
+  std::string model_repository;
+  bool sagemaker = false;
+  bool check_config = false;
   std::string host = "127.0.0.1";
   int port = 8000;
   std::vector<std::string> served_model_names;
   std::string chat_template;
   std::string api_key;
   std::string dtype = "auto";
-  int tensor_parallel_size = 1;
+  std::string tensor_parallel_size = "1";
   int max_queued_requests = 4096;
   int64_t max_queued_tokens = 0;
   uint64_t max_request_body_bytes = 16u << 20;
@@ -49,43 +71,6 @@ struct ServeOptions {
   int keep_alive_timeout = 60;
   engine::EngineConfig engine;
 };
-
-std::string canonical_dtype(const std::string& d) {
-  if (d == "half" || d == "float16" || d == "fp16") return "float16";
-  if (d == "bfloat16" || d == "bf16") return "bfloat16";
-  if (d == "float" || d == "float32" || d == "fp32") return "float32";
-  return d;
-}
-
-// --dtype: halo runs the weights as the checkpoint stores them. `auto` and the
-// checkpoint's own dtype are accepted everywhere; the CPU plugin computes in
-// float32 whatever the storage, so `float32` is honoured there too.
-void check_dtype(const std::string& requested, const model::ModelConfig& cfg, const std::string& device) {
-  std::string want = canonical_dtype(requested);
-  if (want == "auto") return;
-  if (want != "float16" && want != "bfloat16" && want != "float32")
-    throw Error(fmt::format("--dtype {}: expected auto, float16 (half), bfloat16 or float32 (float)", requested));
-  std::string stored = cfg.torch_dtype.empty() ? "float32" : canonical_dtype(cfg.torch_dtype);
-  if (want == stored) return;
-  if (device == "cpu" && want == "float32") {
-    spdlog::info("--dtype float32: the cpu plugin computes in float32 from the {} weights as stored", stored);
-    return;
-  }
-  throw Error(fmt::format(
-      "--dtype {}: the checkpoint stores {} weights and halo does not convert them at load time; the {} plugin {}. "
-      "Use --dtype auto (or {})",
-      requested, stored, device,
-      device == "cpu" ? "computes in float32 from the weights as stored" : "runs the weights in their stored dtype",
-      stored));
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(fmt::format("--chat-template {}: cannot open the file", p.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string single_quoted(const std::string& s) {
   std::string out = "'";
@@ -104,7 +89,186 @@ void raise_fd_limit() {
   }
 }
 
-void run_serve(const ServeOptions& o) {
+bool explicitly_set(const CLI::App& cmd, const std::string& flag) {
+  const CLI::Option* opt = cmd.get_option_no_throw(flag);
+  return opt && opt->count() > 0;
+}
+
+std::string source_of(const std::string& flag) {
+  std::string where = config_origin(flag);
+  return where.empty() ? "command line " + flag : fmt::format("--config {} key '{}'", where, flag.substr(2));
+}
+
+// The settings the command line and --config set explicitly, as a layer.
+SettingLayer cli_layer(const CLI::App& cmd, const ServeOptions& o) {
+  const auto& e = o.engine;
+  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  const std::vector<std::pair<std::string, std::string>> values = {
+      {"device", e.device},
+      {"device-index", std::to_string(e.device_index)},
+      {"dtype", o.dtype},
+      {"tensor-parallel-size", o.tensor_parallel_size},
+      {"max-num-seqs", std::to_string(e.max_num_seqs)},
+      {"max-model-len", std::to_string(e.max_model_len)},
+      {"max-num-batched-tokens", std::to_string(e.max_num_batched_tokens)},
+      {"block-size", std::to_string(e.block_size)},
+      {"kv-cache-memory", std::to_string(e.kv_cache_memory)},
+      {"device-memory-utilization", fmt::format("{}", e.device_memory_utilization)},
+      {"max-kv-tokens", std::to_string(e.max_kv_tokens)},
+      {"enable-chunked-prefill", b(e.enable_chunked_prefill)},
+      {"enable-prefix-caching", b(e.enable_prefix_caching)},
+      {"seed", std::to_string(e.seed)},
+      {"threads", std::to_string(e.threads)},
+  };
+  SettingLayer layer;
+  for (const auto& [key, value] : values)
+    if (explicitly_set(cmd, "--" + key)) layer.push_back({key, value, source_of("--" + key)});
+  return layer;
+}
+
+bool sagemaker_mode(const ServeOptions& o, const std::map<std::string, std::string>& env) {
+  if (o.sagemaker) return true;
+  for (const auto& [k, v] : env)
+    if (k.starts_with("SAGEMAKER_") && !v.empty()) return true;
+  return false;
+}
+
+struct Plan {
+  std::vector<ModelSettings> models;
+  std::vector<serve::OpenAIServer::Refusal> refused;  // settings errors
+};
+
+// Every model to serve with its settings resolved layer by layer.
+Plan plan_models(const CLI::App& cmd, const ServeOptions& o, bool sm) {
+  Plan plan;
+  const auto env = serve::process_environment();
+  const SettingLayer env_layer = sm ? serve::sagemaker_env_layer(env) : SettingLayer{};
+  const SettingLayer cli = cli_layer(cmd, o);
+  SettingLayer env_without_model;
+  for (const auto& s : env_layer)
+    if (s.key != "model") env_without_model.push_back(s);
+
+  // Model directories named directly (or by the environment, or the default).
+  struct Named {
+    std::string name, dir, source;
+  };
+  std::vector<Named> named;
+  if (!o.model_dir.empty()) named.push_back({"", o.model_dir, "command line MODEL_DIR"});
+  for (const auto& m : o.models) {
+    size_t eq = m.find('=');
+    if (eq != std::string::npos && eq > 0 && m.find('/') > eq) named.push_back({m.substr(0, eq), m.substr(eq + 1), "command line --model"});
+    else named.push_back({"", m, "command line --model"});
+  }
+  if (named.empty() && o.model_repository.empty()) {
+    std::string dir, source = "default (the embedded model)";
+    for (const auto& s : env_layer)
+      if (s.key == "model") dir = s.value, source = s.source;
+    if (dir.empty() && sm && fs::exists("/opt/ml/model/config.json")) dir = "/opt/ml/model", source = "SageMaker /opt/ml/model";
+    if (dir.empty()) dir = default_model_dir().string();
+    named.push_back({"", dir, source});
+  }
+  for (size_t i = 0; i < named.size(); ++i) {
+    ModelSettings s;
+    try {
+      s.dir = named[i].dir;
+      s.origin["model"] = named[i].source;
+      serve::apply_layer(s, env_without_model);
+      const fs::path props = fs::path(named[i].dir) / "serving.properties";
+      if (fs::exists(props)) serve::apply_layer(s, serve::serving_properties_layer(props));
+      serve::apply_layer(s, cli);
+      // The name: NAME=, else --served-model-name (first model), else the directory as given.
+      if (!named[i].name.empty()) {
+        s.name = named[i].name;
+      } else if (i == 0 && !o.served_model_names.empty()) {
+        s.name = o.served_model_names.front();
+        s.extra_names.assign(o.served_model_names.begin() + 1, o.served_model_names.end());
+        s.origin["served-model-name"] = source_of("--served-model-name");
+      } else if (named[i].source.starts_with("command line")) {
+        s.name = named[i].dir;
+      } else {
+        s.name = s.dir.filename().string();
+      }
+      plan.models.push_back(std::move(s));
+    } catch (const Error& e) {
+      plan.refused.push_back({named[i].name.empty() ? named[i].dir : named[i].name, e.what()});
+    }
+  }
+  if (!o.served_model_names.empty() && (o.model_dir.empty() && o.models.empty()) && !o.model_repository.empty())
+    throw Error("--served-model-name names a model given by MODEL_DIR or --model; repository models are named by "
+                "their directories");
+
+  if (!o.model_repository.empty()) {
+    for (auto& rm : serve::scan_model_repository(o.model_repository)) {
+      if (!rm.error.empty()) {
+        plan.refused.push_back({rm.name, rm.error});
+        continue;
+      }
+      ModelSettings s;
+      try {
+        s.name = rm.name;
+        s.version = rm.version;
+        s.max_batch_size = rm.max_batch_size;
+        serve::apply_layer(s, env_without_model);
+        serve::apply_layer(s, rm.settings);
+        serve::apply_layer(s, cli);
+        plan.models.push_back(std::move(s));
+      } catch (const Error& e) {
+        plan.refused.push_back({rm.name, e.what()});
+      }
+    }
+  }
+  std::set<std::string> names;
+  for (const auto& m : plan.models) {
+    for (const auto& n : std::vector<std::string>{m.name}) {
+      if (!names.insert(n).second)
+        throw Error(fmt::format("two models are named '{}': name them with --model NAME=DIR", n));
+    }
+  }
+  return plan;
+}
+
+void print_plan(const Plan& plan, bool sm) {
+  std::string out = fmt::format("halo serve: {} model(s){}\n", plan.models.size(), sm ? " (SageMaker mode)" : "");
+  for (const auto& m : plan.models)
+    out += fmt::format("model '{}' (version {}):\n{}", m.name, m.version, serve::describe(m));
+  for (const auto& r : plan.refused) out += fmt::format("model '{}': INVALID: {}\n", r.name, r.reason);
+  std::fputs(out.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+void run_serve(const CLI::App& cmd, const ServeOptions& in) {
+  ServeOptions o = in;
+  const auto env = serve::process_environment();
+  const bool sm = sagemaker_mode(o, env);
+  if (sm && !explicitly_set(cmd, "--port")) {
+    o.port = 8080;
+    if (auto it = env.find("SAGEMAKER_BIND_TO_PORT"); it != env.end()) {
+      try {
+        o.port = std::stoi(it->second);
+      } catch (const std::exception&) {
+        throw Error(fmt::format("environment SAGEMAKER_BIND_TO_PORT={}: expected a port number", it->second));
+      }
+    }
+  }
+  if (sm && !explicitly_set(cmd, "--host")) o.host = "0.0.0.0";
+
+  Plan plan = plan_models(cmd, o, sm);
+  if (o.check_config) {
+    std::erase_if(plan.models, [&](const ModelSettings& m) {
+      if (fs::exists(m.load_dir() / "config.json")) return false;
+      auto it = m.origin.find(m.compiled_model_dir.empty() ? "model" : "compiled-model-dir");
+      plan.refused.push_back({m.name, fmt::format("{}: {}: not a model directory (no config.json)",
+                                                  it == m.origin.end() ? "default" : it->second,
+                                                  m.load_dir().string())});
+      return true;
+    });
+    print_plan(plan, sm);
+    if (!plan.refused.empty()) throw Error(plan.refused.front().reason);
+    return;
+  }
+  for (const auto& r : plan.refused) spdlog::error("model '{}' refused: {}", r.name, r.reason);
+  if (plan.models.empty()) throw Error(plan.refused.empty() ? "no model to serve" : plan.refused.front().reason);
+
   // Before any thread exists: the main thread alone takes SIGINT/SIGTERM.
   sigset_t signals;
   sigemptyset(&signals);
@@ -114,23 +278,9 @@ void run_serve(const ServeOptions& o) {
   ::signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
 
-  if (o.tensor_parallel_size < 1) throw Error("--tensor-parallel-size must be at least 1");
-  engine::EngineConfig ec = o.engine;
-  if (o.tensor_parallel_size > 1) {
-    if (ec.device == "cpu")
-      throw Error(fmt::format(
-          "--tensor-parallel-size {}: the cpu plugin runs on one device. Tensor parallelism is the device plugin's "
-          "business (the rbln and cuda plugins take it as their plugin option tensor_parallel_size)",
-          o.tensor_parallel_size));
-    ec.plugin_options.emplace_back("tensor_parallel_size", std::to_string(o.tensor_parallel_size));
-  }
-
-  fs::path dir = o.model_dir.empty() ? default_model_dir() : fs::path(o.model_dir);
   serve::ApiConfig api_cfg;
-  api_cfg.served_model_names = o.served_model_names;
-  if (api_cfg.served_model_names.empty())
-    api_cfg.served_model_names.push_back(o.model_dir.empty() ? dir.filename().string() : o.model_dir);
-  api_cfg.model_root = dir.string();
+  api_cfg.served_model_names = {plan.models.front().name};
+  api_cfg.model_root = plan.models.front().dir.string();
   api_cfg.api_key = o.api_key;
   if (api_cfg.api_key.empty())
     if (const char* k = std::getenv("VLLM_API_KEY")) api_cfg.api_key = k;
@@ -138,8 +288,10 @@ void run_serve(const ServeOptions& o) {
   api_cfg.max_queued_tokens = o.max_queued_tokens;
   api_cfg.version = HALO_VERSION;
 
-  // Listen first, so /health answers (503) while the model loads.
+  // Listen first, so /health answers (503) while the models load.
   auto api = std::make_unique<serve::OpenAIServer>(api_cfg);
+  auto kserve = std::make_unique<serve::KServeFrontend>(*api, HALO_VERSION);
+  auto sagemaker = std::make_unique<serve::SageMakerFrontend>(*api);
   serve::HttpServerOptions hopts;
   hopts.host = o.host;
   hopts.port = o.port;
@@ -147,46 +299,38 @@ void run_serve(const ServeOptions& o) {
   hopts.max_body_bytes = o.max_request_body_bytes;
   hopts.idle_timeout = std::chrono::seconds(o.keep_alive_timeout);
   auto http = std::make_unique<serve::HttpServer>(
-      hopts, [a = api.get()](serve::HttpRequest&& req, const std::shared_ptr<serve::Responder>& res) {
-        a->handle(std::move(req), res);
+      hopts, [a = api.get(), k = kserve.get(), s = sagemaker.get()](serve::HttpRequest&& req,
+                                                                     const std::shared_ptr<serve::Responder>& res) {
+        if (serve::KServeFrontend::owns(req.path)) k->handle(std::move(req), res);
+        else if (serve::SageMakerFrontend::owns(req.path)) s->handle(std::move(req), res);
+        else a->handle(std::move(req), res);
       });
   http->start();
   const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
   const std::string url = fmt::format("http://{}:{}", host, http->port());
-  spdlog::info("listening on {} (model loading)", url);
+  spdlog::info("listening on {} ({} model(s) loading)", url, plan.models.size());
 
-  auto t0 = std::chrono::steady_clock::now();
-  auto config = model::load_model_config(dir);
-  check_dtype(o.dtype, config, ec.device);
-  auto model = std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir));
-  auto tokenizer = text::Tokenizer::from_model_dir(dir);
-  std::optional<text::ChatTemplate> tpl;
-  if (!o.chat_template.empty()) {
-    std::string src = fs::exists(o.chat_template) ? read_text(o.chat_template) : o.chat_template;
-    if (!fs::exists(o.chat_template) && src.find("{%") == std::string::npos && src.find("{{") == std::string::npos)
-      throw Error(fmt::format("--chat-template {}: no such file (and not an inline Jinja template)", o.chat_template));
-    tpl.emplace(src);
-  } else {
-    try {
-      tpl.emplace(text::ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json"));
-    } catch (const Error& e) {
-      spdlog::warn("no chat template ({}): /v1/chat/completions needs --chat-template or a per-request "
-                   "'chat_template'", e.what());
-    }
+  for (const auto& r : plan.refused) api->refuse_model(r.name, r.reason);
+  serve::LoadOptions lopts;
+  lopts.chat_template = o.chat_template;
+  size_t served = serve::load_models(plan.models, *api, lopts);
+  if (served == 0) {
+    auto refused = api->refused_models();
+    http->stop();
+    throw Error(refused.empty() ? "no model could be served" : refused.back().reason);
   }
-  auto eng = std::make_shared<engine::AsyncEngine>(ec, model, std::move(tokenizer));
-  api->set_engine(eng, std::move(tpl));
-  const auto& name = api_cfg.served_model_names.front();
-  spdlog::info("model {} loaded in {:.2f} s; serving '{}' (max_model_len {}, {} KV blocks of {} tokens)", dir.string(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), name,
-               eng->engine().max_model_len(), eng->engine().num_kv_blocks(), eng->engine().limits().block_size);
+  api->set_ready();
 
+  std::vector<std::string> names;
+  for (const auto& m : api->served_models()) names.push_back(m->name());
+  const auto& name = names.front();
   std::string auth = api_cfg.api_key.empty() ? "" : " -H 'Authorization: Bearer $HALO_API_KEY'";
   std::string example = fmt::format(
-      "halo serve: {} is ready at {}/v1\n"
+      "halo serve: {} ready at {}/v1 (also KServe v2 at {}/v2/models/NAME/generate and SageMaker at "
+      "{}/invocations)\n"
       "  curl {}/v1/chat/completions -H 'Content-Type: application/json'{} \\\n"
       "    -d {}\n",
-      name, url, url, auth,
+      fmt::join(names, ", "), url, url, url, url, auth,
       single_quoted(fmt::format(R"({{"model": "{}", "messages": [{{"role": "user", "content": "What is curl?"}}]}})",
                                 name)));
   std::fputs(example.c_str(), stdout);
@@ -218,9 +362,10 @@ void run_serve(const ServeOptions& o) {
   // Let the last bytes of the responses leave before the sockets close.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   http->stop();  // no handler runs after this
-  api.reset();   // stops the pump thread, the only other writer to the connections
+  kserve.reset();
+  sagemaker.reset();
+  api.reset();   // stops the pump thread, the only other writer to the connections; frees the engines
   http.reset();
-  eng.reset();
   spdlog::info("stopped");
 }
 
@@ -228,13 +373,24 @@ void run_serve(const ServeOptions& o) {
 
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
-  auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API (like `vllm serve`)");
+  auto* cmd = app.add_subcommand(
+      "serve", "Serve models over HTTP: OpenAI-compatible (like `vllm serve`), KServe v2 / Triton generate, SageMaker");
   cmd->add_option("model", o->model_dir, "Hugging Face model directory (default: the embedded pkgchat-5m)");
+  cmd->add_option("--model", o->models,
+                  "Another model to serve, [NAME=]DIR (repeatable); named NAME, else DIR as given");
+  cmd->add_option("--model-repository", o->model_repository,
+                  "Serve every model of a Triton-style repository: DIR/<name>/[config.pbtxt], "
+                  "DIR/<name>/<version>/model.json (vLLM engine arguments)");
+  cmd->add_flag("--sagemaker", o->sagemaker,
+                "SageMaker / DJL LMI mode: port 8080 (SAGEMAKER_BIND_TO_PORT), host 0.0.0.0, settings from "
+                "HF_MODEL_ID, TENSOR_PARALLEL_DEGREE and OPTION_* (also on when any SAGEMAKER_* variable is set)");
+  cmd->add_flag("--check-config,--dry-run", o->check_config,
+                "Print every model's resolved settings with their sources and exit (no device, no weights loaded)");
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "TCP port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
   cmd->add_option("--served-model-name", o->served_model_names,
-                  "Model name(s) the API answers to; the first is used in responses and metrics (default: the "
-                  "model argument)");
+                  "Name(s) the API answers to for the first MODEL_DIR/--model model; the first is used in responses "
+                  "and metrics (default: the model argument)");
   cmd->add_option("--chat-template", o->chat_template,
                   "Jinja chat template file (or inline template) instead of tokenizer_config.json's");
   cmd->add_option("--api-key", o->api_key,
@@ -245,8 +401,8 @@ void add_serve_command(CLI::App& app) {
                   "(float32 accepted there)")
       ->capture_default_str();
   cmd->add_option("--tensor-parallel-size", o->tensor_parallel_size,
-                  "Devices per model; >1 is passed to the device plugin as option tensor_parallel_size (not the cpu "
-                  "plugin)")
+                  "Devices per model (or max); >1 is passed to the device plugin as option tensor_parallel_size (not "
+                  "the cpu plugin)")
       ->capture_default_str();
   cmd->add_option("--max-queued-requests", o->max_queued_requests,
                   "Requests waiting for their first token before new ones get 429 + Retry-After (0: no limit)")
@@ -265,7 +421,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--keep-alive-timeout", o->keep_alive_timeout, "Seconds an idle keep-alive connection stays open")
       ->capture_default_str();
   add_engine_options(*cmd, o->engine);
-  cmd->callback([o] { run_serve(*o); });
+  cmd->callback([o, cmd] { run_serve(*cmd, *o); });
 }
 
 }  // namespace halo::tools

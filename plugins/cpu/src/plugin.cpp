@@ -9,37 +9,11 @@
 
 namespace halo::cpu {
 
-halo_error* static_oom_error() noexcept {
-  static halo_error e{HALO_STATUS_OUT_OF_MEMORY, "out of host memory while reporting an error"};
-  return &e;
-}
-
-halo_error* make_error(halo_status_code code, const char* where, const char* message) noexcept {
-  try {
-    auto e = std::make_unique<halo_error>();
-    e->code = code;
-    // PluginError messages already start with the function name.
-    const std::string_view m(message ? message : "");
-    if (m.rfind(where, 0) == 0)
-      e->message = std::string(m);
-    else
-      e->message = cat(where, ": ", m);
-    return e.release();
-  } catch (...) {
-    return static_oom_error();
-  }
-}
-
 namespace {
 
 constexpr uint32_t kCapabilities = HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 |
                                    HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS;
 
-halo_status_code error_code(const halo_error* e) { return e ? e->code : HALO_STATUS_OK; }
-const char* error_message(const halo_error* e) { return e ? e->message.c_str() : ""; }
-void error_destroy(halo_error* e) {
-  if (e != nullptr && e != static_oom_error()) std::unique_ptr<halo_error> owned(e);
-}
 
 void check_device_index(const char* where, int32_t index) {
   if (index != 0) out_of_range(where, ": device_index=", index, " is outside [0, 1)");

@@ -1,87 +1,10 @@
-// Internal error handling of the CUDA plugin (as in the CPU plugin). Inside the plugin failures are
-// C++ exceptions (PluginError carries the ABI status code); every exported
-// function converts them to a halo_error at the boundary (see guarded()).
+// The CUDA plugin's error handling: the shared plugin support's, plus CUDA
+// runtime errors turned into status codes.
 #pragma once
-
-#include <exception>
-#include <new>
-#include <sstream>
-#include <string>
-#include <utility>
-
-#include "halo/device_abi.h"
-
-struct halo_error {
-  halo_status_code code;
-  std::string message;
-};
+#include "halo/plugin_support/errors.h"
 
 namespace halo::cuda {
-
-class PluginError : public std::exception {
- public:
-  PluginError(halo_status_code code, std::string message)
-      : code_(code), message_(std::move(message)) {}
-  halo_status_code code() const noexcept { return code_; }
-  const char* what() const noexcept override { return message_.c_str(); }
-
- private:
-  halo_status_code code_;
-  std::string message_;
-};
-
-template <class... A>
-std::string cat(const A&... a) {
-  std::ostringstream os;
-  (os << ... << a);
-  return os.str();
-}
-
-template <class... A>
-[[noreturn]] void fail(halo_status_code code, const A&... a) {
-  throw PluginError(code, cat(a...));
-}
-
-template <class... A>
-[[noreturn]] void invalid(const A&... a) {
-  throw PluginError(HALO_STATUS_INVALID_ARGUMENT, cat(a...));
-}
-
-template <class... A>
-[[noreturn]] void out_of_range(const A&... a) {
-  throw PluginError(HALO_STATUS_OUT_OF_RANGE, cat(a...));
-}
-
-// The error returned when even allocating an error fails; never freed.
-halo_error* static_oom_error() noexcept;
-halo_error* make_error(halo_status_code code, const char* where, const char* message) noexcept;
-
-// Runs f() and converts whatever it throws into a halo_error owned by the caller.
-template <class F>
-halo_error* guarded(const char* where, F&& f) noexcept {
-  try {
-    f();
-    return nullptr;
-  } catch (const PluginError& e) {
-    return make_error(e.code(), where, e.what());
-  } catch (const std::bad_alloc&) {
-    return make_error(HALO_STATUS_OUT_OF_MEMORY, where, "out of host memory");
-  } catch (const std::exception& e) {
-    return make_error(HALO_STATUS_INTERNAL, where, e.what());
-  } catch (...) {
-    return make_error(HALO_STATUS_INTERNAL, where, "unknown exception");
-  }
-}
-
-// Checks an argument struct pointer and its struct_size against the v1.0 size.
-template <class T>
-void check_args(const char* where, const T* args, const char* name = "args") {
-  if (args == nullptr) invalid(name, " is NULL");
-  if (args->struct_size < sizeof(T))
-    invalid(name, "->struct_size=", args->struct_size, " is smaller than the v1.0 size ", sizeof(T));
-  (void)where;
-}
-
+using namespace halo::plugin;
 }  // namespace halo::cuda
 
 #include <cuda_runtime_api.h>

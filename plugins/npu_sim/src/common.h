@@ -17,69 +17,16 @@
 #include <nlohmann/json.hpp>
 
 #include "halo/device_abi.h"
+#include "halo/plugin_support/errors.h"
 #include "rbln_sim/ze_rbln_ext.h"
 
-struct halo_error {
-  halo_status_code code;
-  std::string message;
-};
-
 namespace halo::rbln {
+
+using namespace halo::plugin;  // PluginError, cat, fail, invalid, guarded, check_args
 
 inline constexpr const char* kCompilerVersion = "halo-rbln 0.1.0";
 inline constexpr int kCompilerMajor = 0;
 inline constexpr const char* kFormat = "halo-compiled-model/1";
-
-class PluginError : public std::exception {
- public:
-  PluginError(halo_status_code code, std::string message) : code_(code), message_(std::move(message)) {}
-  halo_status_code code() const noexcept { return code_; }
-  const char* what() const noexcept override { return message_.c_str(); }
-
- private:
-  halo_status_code code_;
-  std::string message_;
-};
-
-template <class... A>
-std::string cat(const A&... a) {
-  std::ostringstream os;
-  (os << ... << a);
-  return os.str();
-}
-template <class... A>
-[[noreturn]] void fail(halo_status_code code, const A&... a) {
-  throw PluginError(code, cat(a...));
-}
-template <class... A>
-[[noreturn]] void invalid(const A&... a) {
-  throw PluginError(HALO_STATUS_INVALID_ARGUMENT, cat(a...));
-}
-
-halo_error* make_error(halo_status_code code, const char* where, const char* message) noexcept;
-
-template <class F>
-halo_error* guarded(const char* where, F&& f) noexcept {
-  try {
-    f();
-    return nullptr;
-  } catch (const PluginError& e) {
-    return make_error(e.code(), where, e.what());
-  } catch (const std::bad_alloc&) {
-    return make_error(HALO_STATUS_OUT_OF_MEMORY, where, "out of host memory");
-  } catch (const std::exception& e) {
-    return make_error(HALO_STATUS_INTERNAL, where, e.what());
-  } catch (...) {
-    return make_error(HALO_STATUS_INTERNAL, where, "unknown exception");
-  }
-}
-
-template <class T>
-void check_args(const T* args, const char* name) {
-  if (args == nullptr) invalid(name, " is NULL");
-  if (args->struct_size < sizeof(T))
-    invalid(name, "->struct_size=", args->struct_size, " is smaller than the v1.0 size ", sizeof(T));
-}
 
 // Throws a PluginError for a failed driver call, with the driver's message.
 void ze_check(ze_result_t r, const char* what);

@@ -13,25 +13,6 @@
 
 namespace halo::rbln {
 
-namespace {
-halo_error* static_oom_error() noexcept {
-  static halo_error e{HALO_STATUS_OUT_OF_MEMORY, "out of host memory while reporting an error"};
-  return &e;
-}
-}  // namespace
-
-halo_error* make_error(halo_status_code code, const char* where, const char* message) noexcept {
-  try {
-    auto e = std::make_unique<halo_error>();
-    e->code = code;
-    const std::string_view m(message ? message : "");
-    e->message = m.rfind(where, 0) == 0 ? std::string(m) : cat(where, ": ", m);
-    return e.release();
-  } catch (...) {
-    return static_oom_error();
-  }
-}
-
 void ze_check(ze_result_t r, const char* what) {
   if (r == ZE_RESULT_SUCCESS) return;
   const char* msg = zeRblnGetLastErrorMessage();
@@ -169,11 +150,6 @@ namespace {
 
 constexpr uint32_t kCapabilities = HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_STATIC_SHAPES;
 
-halo_status_code error_code(const halo_error* e) { return e ? e->code : HALO_STATUS_OK; }
-const char* error_message(const halo_error* e) { return e ? e->message.c_str() : ""; }
-void error_destroy(halo_error* e) {
-  if (e != nullptr && e != static_oom_error()) std::unique_ptr<halo_error> owned(e);
-}
 
 void check_index(const char* where, int32_t index) {
   if (index != 0) fail(HALO_STATUS_OUT_OF_RANGE, where, ": device_index=", index, " is outside [0, 1)");

@@ -1,0 +1,290 @@
+#include "serve/kserve_frontend.h"
+
+#include <random>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "serve/openai_server.h"
+#include "serve/single_job.h"
+
+namespace halo::serve {
+namespace {
+
+HttpResponse triton_error(int status, const std::string& message) {
+  HttpResponse r;
+  r.status = status;
+  r.body = dump(ojson{{"error", message}});
+  return r;
+}
+
+HttpResponse json_ok(const ojson& body) {
+  HttpResponse r;
+  r.body = dump(body);
+  return r;
+}
+
+std::vector<std::string> split_path(const std::string& p) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < p.size()) {
+    size_t j = p.find('/', i);
+    if (j == std::string::npos) j = p.size();
+    if (j > i) parts.push_back(p.substr(i, j - i));
+    i = j + 1;
+  }
+  return parts;
+}
+
+std::string request_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("kserve-{:016x}", rng());
+}
+
+const char* finish_name(engine::FinishReason r) {
+  switch (r) {
+    case engine::FinishReason::kStop: return "stop";
+    case engine::FinishReason::kLength: return "length";
+    case engine::FinishReason::kAbort: return "abort";
+    default: return nullptr;
+  }
+}
+
+// The vLLM backend's and TensorRT-LLM's names for the OpenAI/vLLM sampling fields.
+std::string canonical_key(const std::string& k) {
+  if (k == "random_seed") return "seed";
+  if (k == "stop_words") return "stop";
+  if (k == "min_length") return "min_tokens";
+  if (k == "runtime_top_k") return "top_k";
+  if (k == "runtime_top_p") return "top_p";
+  return k;
+}
+
+void merge_into(json& params, const json& from, const char* where) {
+  if (!from.is_object()) throw ApiError(400, fmt::format("'{}' must be a JSON object", where));
+  for (auto it = from.begin(); it != from.end(); ++it) params[canonical_key(it.key())] = it.value();
+}
+
+// Triton sends scalars of input tensors as one-element lists; take them as scalars.
+json unwrap(const json& v) { return v.is_array() && v.size() == 1 && !v[0].is_array() ? v[0] : v; }
+
+class KServeJob : public SingleJob {
+ public:
+  std::string model_name, model_version;
+  bool exclude_input = false;
+  bool want_finish_reason = false, want_input_tokens = false, want_output_tokens = false;
+
+ protected:
+  ojson head() const { return ojson{{"model_name", model_name}, {"model_version", model_version}}; }
+  void add_extras(ojson& j) const {
+    if (want_finish_reason) j["finish_reason"] = finish_name(finish_reason) ? ojson(finish_name(finish_reason)) : ojson(nullptr);
+    if (want_input_tokens) j["num_input_tokens"] = prompt_ids.size();
+    if (want_output_tokens) j["num_output_tokens"] = tokens.size();
+  }
+  static void sse(std::string& out, const ojson& j) {
+    out += "data: ";
+    out += dump(j);
+    out += "\n\n";
+  }
+  void write_begin(Responder& res) override {
+    res.begin_stream(200, "text/event-stream", {{"X-Accel-Buffering", "no"}});
+  }
+  void write_event(std::string& out, const engine::StreamEvent& ev, size_t) override {
+    if (ev.text.empty() && !ev.finished) return;
+    ojson j = head();
+    j["text_output"] = ev.text;
+    if (ev.finished) add_extras(j);
+    sse(out, j);
+  }
+  void write_error(std::string& out) override { sse(out, ojson{{"error", error}}); }
+  void write_end(std::string&) override {}
+  HttpResponse response() override {
+    ojson j = head();
+    j["text_output"] = exclude_input ? text : prompt + text;
+    add_extras(j);
+    return json_ok(j);
+  }
+  HttpResponse error_response(int status, const std::string& message) override {
+    return triton_error(status, message);
+  }
+};
+
+}  // namespace
+
+void KServeFrontend::handle(HttpRequest&& req, const std::shared_ptr<Responder>& responder) {
+  HttpResponse resp;
+  bool deferred = false;
+  try {
+    resp = route(req, responder, deferred);
+  } catch (const ApiError& e) {
+    resp = triton_error(e.status(), e.what());
+    resp.headers = e.headers;
+  } catch (const json::exception& e) {
+    resp = triton_error(400, std::string("invalid request: ") + e.what());
+  } catch (const Error& e) {
+    resp = triton_error(400, e.what());
+  } catch (const std::exception& e) {
+    spdlog::error("{} {}: {}", req.method, req.path, e.what());
+    resp = triton_error(500, std::string("internal error: ") + e.what());
+  }
+  if (!deferred) {
+    if (resp.status >= 400) spdlog::debug("{} {} {} -> {} {}", req.remote, req.method, req.path, resp.status, resp.body);
+    responder->send(std::move(resp));
+  }
+}
+
+HttpResponse KServeFrontend::route(HttpRequest& req, const std::shared_ptr<Responder>& res, bool& deferred) {
+  const auto parts = split_path(req.path);  // parts[0] == "v2"
+  const std::string& m = req.method;
+  auto only = [&](const char* method) {
+    if (m != method) {
+      ApiError e(405, fmt::format("method {} is not allowed on {}; use {}", m, req.path, method));
+      e.headers.push_back({"Allow", method});
+      throw e;
+    }
+  };
+  if (parts.size() == 3 && parts[1] == "health") {
+    only("GET");
+    if (parts[2] == "live") return HttpResponse{200, "application/json", "", {}};
+    if (parts[2] == "ready")
+      return core_.ready() ? HttpResponse{200, "application/json", "", {}} : triton_error(503, "not ready");
+  }
+  if (parts.size() == 1) {
+    only("GET");
+    return json_ok(ojson{{"name", "halo"}, {"version", version_}, {"extensions", ojson::array({"generate"})}});
+  }
+  core_.check_auth(req);
+  if (parts.size() == 3 && parts[1] == "repository" && parts[2] == "index") {
+    only("POST");
+    ojson list = ojson::array();
+    for (const auto& sm : core_.served_models())
+      list.push_back(ojson{{"name", sm->name()}, {"version", sm->version}, {"state", "READY"}});
+    for (const auto& r : core_.refused_models())
+      list.push_back(ojson{{"name", r.name}, {"state", "UNAVAILABLE"}, {"reason", r.reason}});
+    return json_ok(list);
+  }
+  if (parts.size() < 3 || parts[1] != "models") throw ApiError(404, fmt::format("Not Found: {} {}", m, req.path));
+  const std::string& name = parts[2];
+  size_t i = 3;
+  std::string version;
+  if (parts.size() >= 5 && parts[3] == "versions") {
+    version = parts[4];
+    i = 5;
+  }
+  const std::string action = i < parts.size() ? parts[i] : "";
+  if (i + 1 < parts.size() || (!action.empty() && action != "ready" && action != "config" && action != "generate" &&
+                               action != "generate_stream" && action != "infer"))
+    throw ApiError(404, fmt::format("Not Found: {} {}", m, req.path));
+  std::shared_ptr<const ServedModel> model;
+  try {
+    model = core_.find_model(&name);
+  } catch (const ApiError& e) {
+    if (action == "ready" && e.status() == 404) return triton_error(400, e.what());
+    throw;
+  }
+  if (!version.empty() && version != model->version)
+    throw ApiError(404, fmt::format("model '{}' has no version {} (it serves version {})", name, version,
+                                    model->version));
+  if (action.empty()) {
+    only("GET");
+    auto tensor = [](const char* n, const char* type, int dim) {
+      return ojson{{"name", n}, {"datatype", type}, {"shape", ojson::array({dim})}};
+    };
+    return json_ok(ojson{{"name", model->name()},
+                         {"versions", ojson::array({model->version})},
+                         {"platform", "halo"},
+                         {"inputs", ojson::array({tensor("text_input", "BYTES", 1), tensor("stream", "BOOL", 1),
+                                                  tensor("sampling_parameters", "BYTES", 1),
+                                                  tensor("exclude_input_in_output", "BOOL", 1)})},
+                         {"outputs", ojson::array({tensor("text_output", "BYTES", -1)})}});
+  }
+  if (action == "ready") {
+    only("GET");
+    return model->engine->healthy() ? HttpResponse{200, "application/json", "", {}}
+                                    : triton_error(503, "the engine failed (see the server log)");
+  }
+  if (action == "config") {
+    only("GET");
+    return json_ok(ojson{{"name", model->name()},
+                         {"backend", "halo"},
+                         {"max_batch_size", model->max_batch_size},
+                         {"parameters", {{"max_model_len", model->max_model_len},
+                                         {"max_num_seqs", model->max_num_seqs},
+                                         {"block_size", model->block_size},
+                                         {"num_kv_blocks", model->num_blocks}}}});
+  }
+  only("POST");
+  if (action == "infer")
+    throw ApiError(400, "halo serves the KServe generate extension: POST .../generate or .../generate_stream with "
+                        "{\"text_input\": ...}; tensor inference (/infer) is not supported");
+  if (core_.draining()) throw ApiError(503, "the server is shutting down");
+  generate(req, name, model->version, action == "generate_stream", res);
+  deferred = true;
+  return {};
+}
+
+void KServeFrontend::generate(const HttpRequest& req, const std::string& name, const std::string& version,
+                              bool stream_route, const std::shared_ptr<Responder>& res) {
+  json body = parse_json_object(req.body);
+  auto job = std::make_shared<KServeJob>();
+  job->model = core_.find_model(&name);
+  const ServedModel& m = *job->model;
+  job->model_name = name;
+  job->model_version = version;
+
+  // Inputs: top-level fields (Triton's input tensors), then `parameters`,
+  // then `sampling_parameters` (the vLLM backend's JSON string) win.
+  json params = json::object();
+  json text_input;
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "text_input") text_input = unwrap(it.value());
+    else if (k == "parameters" || k == "sampling_parameters" || k == "id" || k == "model") continue;
+    else params[canonical_key(k)] = unwrap(it.value());
+  }
+  if (auto it = body.find("parameters"); it != body.end() && !it->is_null()) merge_into(params, *it, "parameters");
+  if (auto it = body.find("sampling_parameters"); it != body.end() && !it->is_null()) {
+    json sp = unwrap(*it);
+    if (sp.is_string()) {
+      try {
+        sp = json::parse(sp.get<std::string>());
+      } catch (const json::exception& e) {
+        throw ApiError(400, fmt::format("'sampling_parameters' is not valid JSON: {}", e.what()));
+      }
+    }
+    merge_into(params, sp, "sampling_parameters");
+  }
+  if (!text_input.is_string()) throw ApiError(400, "'text_input' (a string) is required");
+  job->prompt = text_input.get<std::string>();
+
+  Fields f(params);
+  job->stream = f.boolean("stream").value_or(stream_route);
+  if (job->stream && !stream_route)
+    throw ApiError(400, "'stream': true needs the generate_stream endpoint");
+  job->exclude_input = f.boolean("exclude_input_in_output").value_or(false);
+  job->want_finish_reason = f.boolean("return_finish_reason").value_or(false);
+  job->want_input_tokens = f.boolean("return_num_input_tokens").value_or(false);
+  job->want_output_tokens = f.boolean("return_num_output_tokens").value_or(false);
+  if (auto bw = f.integer("beam_width", 1, 1 << 20); bw && *bw != 1)
+    throw ApiError(400, "'beam_width' other than 1 is not supported by halo (no beam search)");
+  for (const char* k : {"end_id", "pad_id", "return_log_probs", "return_context_logits", "return_generation_logits",
+                        "max_queue_delay_microseconds"})
+    f.touch(k);
+  SamplingRequest sreq;
+  try {
+    f.touch("stream");
+    sreq = parse_sampling(f, Endpoint::kGenerate, m.defaults);
+  } catch (const ApiError& e) {
+    throw ApiError(e.status(), e.what());
+  }
+  job->options = sreq.options;
+  job->prompt_ids = m.tokenizer().encode(job->prompt, true);
+  if (job->prompt_ids.empty()) throw ApiError(400, "'text_input' is empty");
+  job->options.sampling.max_tokens = resolve_max_tokens(sreq, Endpoint::kGenerate, static_cast<int>(job->prompt_ids.size()),
+                                                        m.max_model_len, m.defaults.generation);
+  job->id = request_id();
+  f.log_unknown(req.path);
+  core_.start_single(job, res);
+}
+
+}  // namespace halo::serve

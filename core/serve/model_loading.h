@@ -1,0 +1,71 @@
+#pragma once
+// Loading the models a server serves, one after the other, each with its own
+// AsyncEngine and KV budget. Before a model is loaded its memory is checked
+// against what is left of its device: weights (the bytes of its safetensors
+// files) + its KV budget (from its flags, the way the engine sizes it) must
+// fit in the device's free memory minus what the models already loaded on
+// that device need. A model that does not fit, or fails to load, is refused
+// with the numbers (logged, and listed by the server) and the others keep
+// serving.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/hf_config.h"
+#include "serve/openai_server.h"
+#include "serve/serving_config.h"
+
+namespace halo::serve {
+
+struct MemoryEstimate {
+  uint64_t weights = 0;
+  uint64_t kv = 0;
+  uint64_t kv_bytes_per_token = 0;
+  std::string kv_source;  // which setting sized the KV cache
+  uint64_t total() const { return weights + kv; }
+};
+
+// KV bytes per token as the device plugins lay the cache out: 2 (K and V) x
+// layers x kv heads x head_dim x element size (4 on the CPU plugin, else 2).
+uint64_t kv_bytes_per_token(const model::ModelConfig& config, const std::string& device);
+
+// Bytes of the weight files (*.safetensors) in `dir`.
+uint64_t weight_file_bytes(const std::filesystem::path& dir);
+
+// What the model will take, given `left` bytes free on its device.
+MemoryEstimate estimate_memory(const ModelSettings& s, const model::ModelConfig& config, uint64_t weights,
+                               uint64_t left);
+
+// Free memory per device ("cpu:0"), claimed model by model.
+class MemoryPlan {
+ public:
+  // Claims `need` on `device`, whose free memory is `free_bytes` (read once per
+  // device). Returns "" when it fits, else why not (with the numbers).
+  std::string claim(const std::string& model, const std::string& device, uint64_t free_bytes,
+                    const MemoryEstimate& need);
+  uint64_t left(const std::string& device, uint64_t free_bytes) const;
+
+ private:
+  struct Claimed {
+    uint64_t bytes = 0;
+    std::vector<std::string> models;
+  };
+  std::map<std::string, Claimed> claimed_;
+};
+
+std::string human_bytes(uint64_t bytes);
+
+struct LoadOptions {
+  std::string chat_template;  // file or inline template for every model ("": tokenizer_config.json's)
+};
+
+// Loads `models` into `server` in order (add_model / refuse_model) and
+// returns how many are served. Never throws for one model's failure.
+size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& server, const LoadOptions& options);
+
+// --dtype: `auto` or the checkpoint's own dtype (the CPU plugin also takes
+// float32); anything else is an Error naming both.
+void check_dtype(const std::string& requested, const model::ModelConfig& config, const std::string& device);
+
+}  // namespace halo::serve

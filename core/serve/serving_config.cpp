@@ -1,0 +1,300 @@
+#include "serve/serving_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+
+extern char** environ;
+
+namespace halo::serve {
+namespace fs = std::filesystem;
+namespace {
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return {};
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+[[noreturn]] void bad(const Setting& s, const std::string& why) {
+  throw Error(fmt::format("{}: {}={}: {}", s.source, s.key, s.value, why));
+}
+
+int64_t to_int(const Setting& s, int64_t lo, int64_t hi) {
+  int64_t v = 0;
+  const std::string t = trim(s.value);
+  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (ec != std::errc() || p != t.data() + t.size() || t.empty()) bad(s, "expected an integer");
+  if (v < lo || v > hi) bad(s, hi == std::numeric_limits<int32_t>::max() ? fmt::format("must be at least {}", lo)
+                                                                          : fmt::format("must be in [{}, {}]", lo, hi));
+  return v;
+}
+
+bool to_bool(const Setting& s) {
+  std::string v = lower(trim(s.value));
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return false;
+  bad(s, "expected true or false");
+}
+
+constexpr int64_t kInt = std::numeric_limits<int32_t>::max();
+
+}  // namespace
+
+std::string canonical_dtype(const std::string& d) {
+  std::string x = lower(trim(d));
+  if (x == "half" || x == "float16" || x == "fp16") return "float16";
+  if (x == "bfloat16" || x == "bf16") return "bfloat16";
+  if (x == "float" || x == "float32" || x == "fp32") return "float32";
+  return x;
+}
+
+uint64_t parse_bytes(const std::string& text) {
+  std::string t = trim(text);
+  size_t i = 0;
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) ++i;
+  if (i == 0) throw Error("expected a number of bytes, e.g. 4294967296 or 4GiB");
+  double v = 0;
+  try {
+    v = std::stod(t.substr(0, i));
+  } catch (const std::exception&) {
+    throw Error("expected a number of bytes, e.g. 4294967296 or 4GiB");
+  }
+  std::string unit = lower(trim(t.substr(i)));
+  double mul = 1;
+  if (unit.empty() || unit == "b") mul = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib") mul = 1024.0;
+  else if (unit == "m" || unit == "mb" || unit == "mib") mul = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gb" || unit == "gib") mul = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tb" || unit == "tib") mul = 1024.0 * 1024 * 1024 * 1024;
+  else throw Error(fmt::format("unknown unit '{}' (use K, M, G or T)", unit));
+  double bytes = v * mul;
+  if (!std::isfinite(bytes) || bytes >= 1.8e19) throw Error("too large");
+  return static_cast<uint64_t>(bytes);
+}
+
+const std::vector<std::string>& setting_keys() {
+  static const std::vector<std::string> keys = {
+      "model", "served-model-name", "compiled-model-dir", "device", "device-index", "dtype", "tensor-parallel-size",
+      "max-num-seqs", "max-model-len", "max-num-batched-tokens", "block-size", "kv-cache-memory",
+      "device-memory-utilization", "max-kv-tokens", "enable-chunked-prefill", "enable-prefix-caching", "seed",
+      "threads", "rolling-batch"};
+  return keys;
+}
+
+void apply_setting(ModelSettings& m, const Setting& s) {
+  std::string key = s.key == "gpu-memory-utilization" ? "device-memory-utilization" : s.key;
+  auto& e = m.engine;
+  const std::string v = trim(s.value);
+  if (key == "model") {
+    if (v.empty()) bad(s, "expected a model directory");
+    m.dir = v;
+  } else if (key == "served-model-name") {
+    if (v.empty()) bad(s, "expected a name");
+    m.name = v;
+  } else if (key == "compiled-model-dir") {
+    m.compiled_model_dir = v;
+  } else if (key == "device") {
+    if (v.empty()) bad(s, "expected a device plugin name (cpu, rbln, cuda) or a plugin .so path");
+    e.device = v;
+  } else if (key == "device-index") {
+    e.device_index = static_cast<int>(to_int(s, 0, kInt));
+  } else if (key == "dtype") {
+    std::string d = canonical_dtype(v);
+    if (d != "auto" && d != "float16" && d != "bfloat16" && d != "float32")
+      bad(s, "expected auto, float16 (fp16, half), bfloat16 (bf16) or float32 (fp32, float)");
+    m.dtype = d;
+  } else if (key == "tensor-parallel-size") {
+    m.tensor_parallel_size = lower(v) == "max" ? 0 : static_cast<int>(to_int(s, 1, 1024));
+  } else if (key == "max-num-seqs") {
+    e.max_num_seqs = static_cast<int>(to_int(s, 0, kInt));  // 0: the device's choice
+  } else if (key == "max-model-len") {
+    e.max_model_len = static_cast<int>(to_int(s, 0, kInt));  // 0: the device's choice
+  } else if (key == "max-num-batched-tokens") {
+    e.max_num_batched_tokens = static_cast<int>(to_int(s, 0, kInt));  // 0: the device's choice
+  } else if (key == "block-size") {
+    e.block_size = static_cast<int>(to_int(s, 0, kInt));  // 0: the device's choice
+  } else if (key == "kv-cache-memory") {
+    try {
+      e.kv_cache_memory = parse_bytes(v);
+    } catch (const Error& x) {
+      bad(s, x.what());
+    }
+  } else if (key == "device-memory-utilization") {
+    double d = 0;
+    try {
+      size_t used = 0;
+      d = std::stod(v, &used);
+      if (used != v.size()) throw Error("trailing characters");
+    } catch (const std::exception&) {
+      bad(s, "expected a fraction in (0, 1]");
+    }
+    if (!(d > 0 && d <= 1)) bad(s, "expected a fraction in (0, 1]");
+    e.device_memory_utilization = static_cast<float>(d);
+  } else if (key == "max-kv-tokens") {
+    e.max_kv_tokens = to_int(s, 0, std::numeric_limits<int64_t>::max());
+  } else if (key == "enable-chunked-prefill") {
+    e.enable_chunked_prefill = to_bool(s);
+  } else if (key == "enable-prefix-caching") {
+    e.enable_prefix_caching = to_bool(s);
+  } else if (key == "seed") {
+    e.seed = static_cast<uint64_t>(to_int(s, 0, std::numeric_limits<int64_t>::max()));
+  } else if (key == "threads") {
+    e.threads = static_cast<int>(to_int(s, 0, 4096));
+  } else if (key == "rolling-batch") {
+    std::string r = lower(v);
+    if (r == "disable")
+      bad(s, "halo always batches continuously (rolling batch); use auto, vllm or lmi-dist");
+    if (r != "auto" && r != "vllm" && r != "lmi-dist" && r != "trtllm" && r != "scheduler")
+      bad(s, "expected auto, vllm, lmi-dist, trtllm or scheduler (all run halo's continuous batching)");
+    m.rolling_batch = r;
+  } else {
+    throw Error(fmt::format("{}: unknown setting '{}' (known: {})", s.source, s.key, fmt::join(setting_keys(), ", ")));
+  }
+  m.origin[key] = s.source;
+}
+
+void apply_layer(ModelSettings& s, const SettingLayer& layer) {
+  for (const auto& x : layer) apply_setting(s, x);
+}
+
+std::string lmi_option_key(const std::string& option, const std::string& source) {
+  static const std::map<std::string, std::string> lmi = {
+      {"model_id", "model"},
+      {"tensor_parallel_degree", "tensor-parallel-size"},
+      {"rolling_batch", "rolling-batch"},
+      {"max_rolling_batch_size", "max-num-seqs"},
+      {"max_rolling_batch_prefill_tokens", "max-num-batched-tokens"},
+      {"gpu_memory_utilization", "device-memory-utilization"},
+  };
+  // Accepted for compatibility, no effect in halo.
+  static const std::set<std::string> ignored = {
+      "entrypoint", "trust_remote_code", "task", "enable_streaming", "model_loading_timeout", "predict_timeout",
+      "output_formatter", "revision", "disable_log_requests", "disable_log_stats", "enforce_eager",
+      "async_mode", "max_input_len", "max_output_len", "device_map", "mpi_mode"};
+  std::string o = lower(option);
+  if (auto it = lmi.find(o); it != lmi.end()) return it->second;
+  if (ignored.count(o)) {
+    spdlog::info("{}: option.{} has no effect in halo", source, o);
+    return "";
+  }
+  std::string key = o;
+  std::replace(key.begin(), key.end(), '_', '-');
+  const auto& keys = setting_keys();
+  if (key != "model" && std::find(keys.begin(), keys.end(), key) != keys.end()) return key;
+  throw Error(fmt::format("{}: unknown option '{}' (LMI options halo reads: model_id, tensor_parallel_degree, "
+                          "rolling_batch, max_rolling_batch_size, max_rolling_batch_prefill_tokens, dtype, "
+                          "max_model_len, gpu_memory_utilization, or any halo setting: {})",
+                          source, o, fmt::join(keys, ", ")));
+}
+
+std::map<std::string, std::string> process_environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv = *e;
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+SettingLayer sagemaker_env_layer(const std::map<std::string, std::string>& env) {
+  SettingLayer layer;
+  if (auto it = env.find("HF_MODEL_ID"); it != env.end() && !it->second.empty()) {
+    if (!fs::is_directory(it->second))
+      throw Error(fmt::format("environment HF_MODEL_ID={}: halo reads a local model directory, and there is none "
+                                "at that path (download the model first)", it->second));
+    layer.push_back({"model", it->second, "environment HF_MODEL_ID"});
+  }
+  if (auto it = env.find("TENSOR_PARALLEL_DEGREE"); it != env.end() && !it->second.empty())
+    layer.push_back({"tensor-parallel-size", it->second, "environment TENSOR_PARALLEL_DEGREE"});
+  for (const auto& [name, value] : env) {
+    if (!name.starts_with("OPTION_") || value.empty()) continue;  // set but empty: not set
+    std::string source = "environment " + name;
+    std::string key = lmi_option_key(name.substr(7), source);
+    if (!key.empty()) layer.push_back({key, value, source});
+  }
+  return layer;
+}
+
+SettingLayer serving_properties_layer(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw Error(fmt::format("{}: cannot open the file", file.string()));
+  static const std::set<std::string> djl_keys = {"engine", "job_queue_size", "batch_size", "max_batch_delay",
+                                                 "max_idle_time", "minworkers", "maxworkers", "load_on_devices",
+                                                 "required_memory_mb", "reserved_memory_mb", "gpu.minworkers",
+                                                 "gpu.maxworkers", "cpu.minworkers", "cpu.maxworkers"};
+  SettingLayer layer;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    std::string t = trim(line);
+    if (t.empty() || t[0] == '#' || t[0] == '!') continue;
+    std::string source = fmt::format("{}:{}", file.string(), n);
+    size_t eq = t.find_first_of("=:");
+    if (eq == std::string::npos) throw Error(fmt::format("{}: expected key=value, got '{}'", source, t));
+    std::string key = trim(t.substr(0, eq)), value = trim(t.substr(eq + 1));
+    std::string lk = lower(key);
+    if (lk.starts_with("option.")) {
+      std::string k = lmi_option_key(lk.substr(7), source);
+      if (k.empty()) continue;
+      if (k == "model" && !value.empty() && fs::path(value).is_relative() && value.find("://") == std::string::npos)
+        value = (file.parent_path() / value).lexically_normal().string();
+      layer.push_back({k, value, source});
+    } else if (djl_keys.count(lk)) {
+      spdlog::info("{}: {} has no effect in halo", source, key);
+    } else {
+      throw Error(fmt::format("{}: unknown key '{}' (halo reads option.* keys; engine, batch_size, job_queue_size "
+                              "and the worker keys are accepted and ignored)", source, key));
+    }
+  }
+  return layer;
+}
+
+std::string describe(const ModelSettings& s) {
+  const auto& e = s.engine;
+  std::string out;
+  auto row = [&](const std::string& key, const std::string& value) {
+    auto it = s.origin.find(key);
+    out += fmt::format("  {} = {}  ({})\n", key, value, it == s.origin.end() ? "default" : it->second);
+  };
+  auto or_device = [](int64_t v) { return v == 0 ? std::string("device's choice") : std::to_string(v); };
+  row("model", s.dir.string());
+  if (!s.compiled_model_dir.empty()) row("compiled-model-dir", s.compiled_model_dir.string());
+  row("served-model-name", s.name);
+  row("device", e.device);
+  row("device-index", std::to_string(e.device_index));
+  row("dtype", s.dtype);
+  row("tensor-parallel-size", s.tensor_parallel_size == 0 ? "max" : std::to_string(s.tensor_parallel_size));
+  row("max-num-seqs", or_device(e.max_num_seqs));
+  row("max-model-len", or_device(e.max_model_len));
+  row("max-num-batched-tokens", or_device(e.max_num_batched_tokens));
+  row("block-size", or_device(e.block_size));
+  row("kv-cache-memory", e.kv_cache_memory ? std::to_string(e.kv_cache_memory) : "from the fraction");
+  row("device-memory-utilization", fmt::format("{}", e.device_memory_utilization));
+  row("max-kv-tokens", e.max_kv_tokens ? std::to_string(e.max_kv_tokens) : "not set");
+  row("enable-chunked-prefill", e.enable_chunked_prefill ? "true" : "false");
+  row("enable-prefix-caching", e.enable_prefix_caching ? "true" : "false");
+  row("seed", std::to_string(e.seed));
+  row("threads", std::to_string(e.threads));
+  row("rolling-batch", s.rolling_batch);
+  return out;
+}
+
+}  // namespace halo::serve
