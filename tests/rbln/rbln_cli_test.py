@@ -179,6 +179,62 @@ class Faults(unittest.TestCase):
         self.assertLess(secs, 30)
 
 
+class ServeFault(unittest.TestCase):
+    """A chip that fails under a live server: the requests on it end with an
+    error, the process stays up and keeps answering, and /health says why."""
+
+    def test_failed_chip_fails_requests_and_the_server_stays_up(self):
+        import re
+        import urllib.error
+        import urllib.request
+        model = compile_model(os.path.join(ARGS.source_dir, "models", "pkgchat-5m"), "pkgchat-tp2-limits",
+                              "--batch-size", "4", "--max-seq-len", "256", "--tensor-parallel-size", "2")
+        proc = subprocess.Popen([ARGS.halo, "serve", model, "--device", "rbln", "--port", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "HALO_RBLN_FAULT": "chip_fail_at_step=4"})
+        try:
+            url, deadline = None, time.monotonic() + 60
+            while url is None and time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                m = re.search(r"ready at (http://[0-9.:]+)/v1", line)
+                url = m.group(1) if m else None
+            self.assertIsNotNone(url, "server did not become ready")
+
+            def post(body):
+                req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=30) as r:
+                        return r.status, json.loads(r.read())
+                except urllib.error.HTTPError as e:
+                    return e.code, json.loads(e.read())
+
+            with urllib.request.urlopen(url + "/v1/models", timeout=10) as r:
+                name = json.loads(r.read())["data"][0]["id"]
+            status, body = post({"model": name, "prompt": "What is curl?", "max_tokens": 16, "ignore_eos": True})
+            self.assertGreaterEqual(status, 500, body)
+            self.assertIn("chip 1 failed", json.dumps(body))
+            self.assertIsNone(proc.poll(), "the server died with the device")
+            # Still answering: the model list, and a health check that reports the failure.
+            with urllib.request.urlopen(url + "/v1/models", timeout=10) as r:
+                self.assertEqual(r.status, 200)
+            with self.assertRaises(urllib.error.HTTPError) as h:
+                urllib.request.urlopen(url + "/health", timeout=10)
+            self.assertEqual(h.exception.code, 503)
+            # A later request gets an error too, not a hang.
+            status, body = post({"model": name, "prompt": "hi", "max_tokens": 4})
+            self.assertGreaterEqual(status, 500, body)
+            self.assertIsNone(proc.poll())
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 class Report(unittest.TestCase):
     def test_devices_lists_rbln(self):
         out = halo("devices", "--device", "rbln").stdout
