@@ -15,169 +15,12 @@ namespace {
 
 using kernels::DType;
 
-std::string shape_str(const int64_t* shape, int ndim) {
-  std::string s = "[";
-  for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(shape ? shape[i] : -1);
-  return s + "]";
-}
-
-std::string dtype_str(DLDataType t) {
-  const char* code = t.code == kDLFloat    ? "float"
-                     : t.code == kDLBfloat ? "bfloat"
-                     : t.code == kDLInt    ? "int"
-                     : t.code == kDLUInt   ? "uint"
-                                           : "code";
-  std::string s = cat(code, static_cast<int>(t.bits));
-  if (t.lanes != 1) s += cat("x", t.lanes);
-  return s;
-}
-
-// Data pointer of a contiguous row-major host tensor (byte_offset applied).
-const void* contiguous_data(const char* where, const std::string& name, const DLTensor* t) {
-  if (t->device.device_type != kDLCPU)
-    invalid(where, ": ", name, " is on device_type=", static_cast<int>(t->device.device_type),
-            ", expected kDLCPU (1)");
-  if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr))
-    invalid(where, ": ", name, " has ndim=", t->ndim, " and shape=", t->shape ? "set" : "NULL");
-  if (t->strides != nullptr) {
-    int64_t expect = 1;
-    for (int i = t->ndim - 1; i >= 0; --i) {
-      if (t->shape[i] != 1 && t->strides[i] != expect)
-        invalid(where, ": ", name, " is not contiguous: strides[", i, "]=", t->strides[i],
-                ", expected ", expect, " for shape ", shape_str(t->shape, t->ndim));
-      expect *= t->shape[i];
-    }
-  }
-  int64_t numel = 1;
-  for (int i = 0; i < t->ndim; ++i) numel *= t->shape[i];
-  if (numel > 0 && t->data == nullptr) invalid(where, ": ", name, " has data=NULL");
-  return static_cast<const char*>(t->data) + t->byte_offset;
-}
-
-DType weight_dtype(const std::string& name, DLDataType t) {
-  if (t.lanes == 1) {
-    if (t.code == kDLFloat && t.bits == 32) return DType::F32;
-    if (t.code == kDLBfloat && t.bits == 16) return DType::BF16;
-    if (t.code == kDLFloat && t.bits == 16) return DType::F16;
-  }
-  invalid("prepare: weight '", name, "' has dtype ", dtype_str(t), ", expected float32, bfloat16 or float16");
-}
-
-class WeightSet {
- public:
-  WeightSet(const halo_named_tensor* weights, size_t n) {
-    if (n > 0 && weights == nullptr) invalid("prepare: weights=NULL with num_weights=", n);
-    for (size_t i = 0; i < n; ++i) {
-      if (weights[i].name == nullptr) invalid("prepare: weights[", i, "].name is NULL");
-      if (!map_.emplace(weights[i].name, weights[i].tensor).second)
-        invalid("prepare: weight '", weights[i].name, "' is given twice");
-    }
-  }
-
-  // Validates a weight of the expected shape and returns its data and dtype.
-  Matrix get(const std::string& name, std::initializer_list<int64_t> shape) const {
-    auto it = map_.find(name);
-    if (it == map_.end()) invalid("prepare: weight '", name, "' is missing");
-    const DLTensor* t = it->second;
-    if (t == nullptr) invalid("prepare: weight '", name, "' has tensor=NULL");
-    const std::vector<int64_t> want(shape);
-    const DType dt = weight_dtype(name, t->dtype);
-    bool ok = t->ndim == static_cast<int>(want.size()) && t->shape != nullptr;
-    for (size_t i = 0; ok && i < want.size(); ++i) ok = t->shape[i] == want[i];
-    if (!ok)
-      invalid("prepare: weight '", name, "' has shape ", shape_str(t->shape, t->ndim), ", expected ",
-              shape_str(want.data(), static_cast<int>(want.size())));
-    const void* data = contiguous_data("prepare", "weight '" + name + "'", t);
-    if (reinterpret_cast<uintptr_t>(data) % kernels::dtype_size(dt) != 0)
-      invalid("prepare: weight '", name, "' data + byte_offset is not aligned to its ", kernels::dtype_size(dt),
-              "-byte elements");
-    return {data, dt};
-  }
-
-  std::vector<float> vec(const std::string& name, int64_t n) const {
-    const Matrix m = get(name, {n});
-    std::vector<float> out(static_cast<size_t>(n));
-    kernels::to_f32(m.data, m.dtype, out.data(), out.size());
-    return out;
-  }
-
- private:
-  std::map<std::string, const DLTensor*, std::less<>> map_;
-};
-
-// The raw integer of a C enum field: a C caller may store any int there, and
-// loading an out-of-range value as the C++ enum type would be undefined.
-template <class E>
-int raw_enum(const E& e) {
-  std::underlying_type_t<E> v;
-  std::memcpy(&v, &e, sizeof v);
-  return static_cast<int>(v);
-}
-
-void validate_spec(const halo_model_spec* s) {
-  check_args("prepare", s, "prepare: spec");
-#if HALO_ABI_VERSION_MINOR >= 1
-  if (HALO_HAS_FIELD(s, halo_model_spec, compiled_model_dir) && s->compiled_model_dir != nullptr)
-    throw PluginError(HALO_STATUS_UNIMPLEMENTED,
-                      cat("prepare: the cpu plugin runs Hugging Face weights, not a compiled model (",
-                          s->compiled_model_dir, "); serve it with the device it was compiled for"));
-#endif
-  auto positive = [](const char* name, int32_t v) {
-    if (v <= 0) invalid("prepare: spec.", name, "=", v, " must be positive");
-  };
-  positive("vocab_size", s->vocab_size);
-  positive("hidden_size", s->hidden_size);
-  positive("intermediate_size", s->intermediate_size);
-  positive("num_layers", s->num_layers);
-  positive("num_heads", s->num_heads);
-  positive("num_kv_heads", s->num_kv_heads);
-  positive("head_dim", s->head_dim);
-  positive("max_position_embeddings", s->max_position_embeddings);
-  if (s->num_heads % s->num_kv_heads != 0)
-    invalid("prepare: spec.num_heads=", s->num_heads, " is not a multiple of num_kv_heads=", s->num_kv_heads);
-  if (s->head_dim % 2 != 0) invalid("prepare: spec.head_dim=", s->head_dim, " must be even for rotary embeddings");
-  if (!(s->rms_norm_eps > 0.f) || !std::isfinite(s->rms_norm_eps))
-    invalid("prepare: spec.rms_norm_eps=", s->rms_norm_eps, " must be positive and finite");
-  if (!(s->rope_theta > 0.f) || !std::isfinite(s->rope_theta))
-    invalid("prepare: spec.rope_theta=", s->rope_theta, " must be positive and finite");
-  switch (raw_enum(s->rope_scaling)) {
-    case HALO_ROPE_SCALING_NONE:
-      break;
-    case HALO_ROPE_SCALING_LINEAR:
-      if (!(s->rope_factor > 0.f) || !std::isfinite(s->rope_factor))
-        invalid("prepare: spec.rope_factor=", s->rope_factor, " must be positive for linear rope scaling");
-      break;
-    case HALO_ROPE_SCALING_LLAMA3:
-      if (!(s->rope_factor > 0.f) || !std::isfinite(s->rope_factor))
-        invalid("prepare: spec.rope_factor=", s->rope_factor, " must be positive for llama3 rope scaling");
-      if (!(s->rope_low_freq_factor > 0.f) || !(s->rope_high_freq_factor > s->rope_low_freq_factor))
-        invalid("prepare: spec.rope_low_freq_factor=", s->rope_low_freq_factor,
-                " and rope_high_freq_factor=", s->rope_high_freq_factor,
-                " must satisfy 0 < low < high for llama3 rope scaling");
-      if (s->rope_original_max_position <= 0)
-        invalid("prepare: spec.rope_original_max_position=", s->rope_original_max_position,
-                " must be positive for llama3 rope scaling");
-      break;
-    default:
-      fail(HALO_STATUS_UNIMPLEMENTED, "prepare: spec.rope_scaling=", raw_enum(s->rope_scaling),
-           " is not supported (NONE, LINEAR, LLAMA3)");
-  }
-  const int act = raw_enum(s->activation);
-  if (act != HALO_ACTIVATION_SILU && act != HALO_ACTIVATION_GELU_TANH)
-    fail(HALO_STATUS_UNIMPLEMENTED, "prepare: spec.activation=", act,
-         " is not supported (SILU, GELU_TANH)");
-  const uint32_t known = HALO_MODEL_QKV_BIAS | HALO_MODEL_QK_NORM | HALO_MODEL_TIED_EMBEDDINGS;
-  if (s->flags & ~known)
-    fail(HALO_STATUS_UNIMPLEMENTED, "prepare: spec.flags=0x", std::hex, s->flags, " has unknown bits 0x",
-         s->flags & ~known);
-}
-
 }  // namespace
 
 void prepare(halo_prepare_args* args) {
   check_args("prepare", args, "prepare: args");
   if (args->device == nullptr) invalid("prepare: device is NULL");
-  validate_spec(args->spec);
+  validate_spec(args->spec, "cpu");
   halo_limits* lim = args->limits;
   check_args("prepare", lim, "prepare: limits");
   if (args->num_options > 0 && args->options == nullptr)
@@ -336,71 +179,6 @@ void grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
-void validate_execute(const halo_execute_args* a, const halo_executable* exe, const halo_kv_cache* kv) {
-  const int32_t T = a->num_tokens, S = a->num_seqs;
-  if (T <= 0) invalid("execute: num_tokens=", T, " must be positive");
-  if (T > exe->max_num_batched_tokens)
-    invalid("execute: num_tokens=", T, " exceeds max_num_batched_tokens=", exe->max_num_batched_tokens);
-  if (S <= 0) invalid("execute: num_seqs=", S, " must be positive");
-  if (S > exe->max_num_seqs) invalid("execute: num_seqs=", S, " exceeds max_num_seqs=", exe->max_num_seqs);
-  if (!a->token_ids) invalid("execute: token_ids is NULL");
-  if (!a->positions) invalid("execute: positions is NULL");
-  if (!a->slot_mapping) invalid("execute: slot_mapping is NULL");
-  if (!a->query_start) invalid("execute: query_start is NULL");
-  if (!a->context_lens) invalid("execute: context_lens is NULL");
-  if (!a->block_tables) invalid("execute: block_tables is NULL");
-  if (a->max_blocks_per_seq <= 0) invalid("execute: max_blocks_per_seq=", a->max_blocks_per_seq, " must be positive");
-  if (a->num_logits < 0) invalid("execute: num_logits=", a->num_logits, " is negative");
-  if (a->num_logits > 0 && !a->logits_indices) invalid("execute: logits_indices is NULL with num_logits=", a->num_logits);
-
-  if (a->query_start[0] != 0) invalid("execute: query_start[0]=", a->query_start[0], ", expected 0");
-  for (int32_t s = 0; s < S; ++s) {
-    const int32_t q = a->query_start[s + 1] - a->query_start[s];
-    if (q < 0)
-      invalid("execute: query_start[", s + 1, "]=", a->query_start[s + 1], " is smaller than query_start[", s,
-              "]=", a->query_start[s]);
-    if (a->query_start[s + 1] > T)
-      invalid("execute: query_start[", s + 1, "]=", a->query_start[s + 1], " exceeds num_tokens=", T);
-    const int32_t ctx = a->context_lens[s];
-    if (ctx < q) invalid("execute: context_lens[", s, "]=", ctx, " is smaller than its query length ", q);
-    if (ctx > exe->max_model_len)
-      invalid("execute: context_lens[", s, "]=", ctx, " exceeds max_model_len=", exe->max_model_len);
-    const int32_t nblk = (ctx + exe->block_size - 1) / exe->block_size;
-    if (nblk > a->max_blocks_per_seq)
-      invalid("execute: context_lens[", s, "]=", ctx, " needs ", nblk, " blocks but max_blocks_per_seq=",
-              a->max_blocks_per_seq);
-    const int32_t* bt = a->block_tables + static_cast<size_t>(s) * static_cast<size_t>(a->max_blocks_per_seq);
-    for (int32_t j = 0; j < nblk; ++j)
-      if (bt[j] < 0 || bt[j] >= kv->num_blocks)
-        out_of_range("execute: block_tables[", s, "][", j, "]=", bt[j], " is outside [0, ", kv->num_blocks, ")");
-  }
-  if (a->query_start[S] != T)
-    invalid("execute: query_start[num_seqs=", S, "]=", a->query_start[S], " does not equal num_tokens=", T);
-  const int64_t num_slots = int64_t{kv->num_blocks} * kv->block_size;
-  for (int32_t t = 0; t < T; ++t) {
-    if (a->token_ids[t] < 0 || a->token_ids[t] >= exe->vocab)
-      out_of_range("execute: token_ids[", t, "]=", a->token_ids[t], " is outside [0, ", exe->vocab, ")");
-    if (a->positions[t] < 0) invalid("execute: positions[", t, "]=", a->positions[t], " is negative");
-    if (a->slot_mapping[t] < -1 || a->slot_mapping[t] >= num_slots)
-      out_of_range("execute: slot_mapping[", t, "]=", a->slot_mapping[t], " is outside [-1, ", num_slots, ")");
-  }
-  for (int32_t i = 0; i < a->num_logits; ++i)
-    if (a->logits_indices[i] < 0 || a->logits_indices[i] >= T)
-      out_of_range("execute: logits_indices[", i, "]=", a->logits_indices[i], " is outside [0, ", T, ")");
-  if (a->num_logits > 0) {
-    const DLTensor* lg = a->logits;
-    if (lg == nullptr) invalid("execute: logits is NULL with num_logits=", a->num_logits);
-    if (lg->dtype.code != kDLFloat || lg->dtype.bits != 32 || lg->dtype.lanes != 1)
-      invalid("execute: logits has dtype ", dtype_str(lg->dtype), ", expected float32");
-    if (lg->ndim != 2 || lg->shape == nullptr || lg->shape[0] != a->num_logits || lg->shape[1] != exe->vocab)
-      invalid("execute: logits has shape ", shape_str(lg->shape, lg->ndim), ", expected [", a->num_logits, ", ",
-              exe->vocab, "]");
-    const void* p = contiguous_data("execute", "logits", lg);
-    if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0)
-      invalid("execute: logits data + byte_offset is not 4-byte aligned");
-  }
-}
-
 }  // namespace
 
 void execute(halo_execute_args* a) {
@@ -410,7 +188,10 @@ void execute(halo_execute_args* a) {
   if (exe == nullptr) invalid("execute: executable is NULL");
   if (kv == nullptr) invalid("execute: kv_cache is NULL");
   if (kv->owner != exe) invalid("execute: kv_cache was created for a different executable");
-  validate_execute(a, exe, kv);
+  const ExecLimits lim{exe->vocab, exe->max_num_seqs, exe->max_model_len, exe->max_num_batched_tokens,
+                       exe->block_size};
+  const KvLimits kvl{kv->num_blocks, kv->block_size};
+  validate_execute(a, &lim, &kvl);
 
   std::lock_guard<std::mutex> lock(exe->device->exec_mu);
   kernels::ThreadPool& pool = exe->device->pool;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "halo/device_abi.h"
+#include "halo/plugin_support/validate.h"
 #include "halo/kernels/kernels.h"
 
 namespace halo::cpu {
@@ -28,10 +29,7 @@ struct DeviceState {
   std::mutex exec_mu;  // one step at a time per device (the pool's scratch is shared)
 };
 
-struct Matrix {
-  const void* data = nullptr;
-  kernels::DType dtype = kernels::DType::F32;
-};
+using Matrix = halo::plugin::Matrix;  // a host weight as given to prepare
 
 struct Layer {
   Matrix q, k, v, o, gate, up, down;

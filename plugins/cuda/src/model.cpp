@@ -445,7 +445,7 @@ void execute_t(halo_execute_args* a, halo_executable* exe, const halo_kv_cache* 
 void prepare(halo_prepare_args* args) {
   check_args("prepare", args, "prepare: args");
   if (args->device == nullptr) invalid("prepare: device is NULL");
-  validate_spec(args->spec);
+  validate_spec(args->spec, "cuda");
   halo_limits* lim = args->limits;
   check_args("prepare", lim, "prepare: limits");
   if (args->num_options > 0 && args->options == nullptr)

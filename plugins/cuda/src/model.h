@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "halo/device_abi.h"
-#include "validate.h"
+#include "halo/plugin_support/validate.h"
 
 #if HALO_CUDA_HAVE_NCCL
 #include <nccl.h>
@@ -88,7 +88,7 @@ struct halo_device {
 
 struct halo_executable {
   std::shared_ptr<halo::cuda::DeviceState> device;
-  halo::cuda::ExecLimits lim;
+  halo::plugin::ExecLimits lim;
   int32_t vocab = 0, hidden = 0, inter = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int32_t tp = 1;
   float eps = 0.f;

@@ -1,7 +1,7 @@
 // Validation of the CUDA plugin, copied from the CPU plugin
 // (plugins/cpu/src/model.cpp) so that both devices refuse the same inputs with
 // the same codes and messages.
-#include "validate.h"
+#include "halo/plugin_support/validate.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,9 +10,9 @@
 #include <string_view>
 #include <type_traits>
 
-#include "errors.h"
+#include "halo/plugin_support/errors.h"
 
-namespace halo::cuda {
+namespace halo::plugin {
 
 using kernels::DType;
 
@@ -114,8 +114,13 @@ int raw_enum(const E& e) {
 
 }  // namespace
 
-void validate_spec(const halo_model_spec* s) {
+void validate_spec(const halo_model_spec* s, const char* plugin) {
   check_args("prepare", s, "prepare: spec");
+#if HALO_ABI_VERSION_MINOR >= 1
+  if (HALO_HAS_FIELD(s, halo_model_spec, compiled_model_dir) && s->compiled_model_dir != nullptr)
+    fail(HALO_STATUS_UNIMPLEMENTED, "prepare: the ", plugin, " plugin runs Hugging Face weights, not a compiled model (",
+         s->compiled_model_dir, "); serve it with the device it was compiled for");
+#endif
   auto positive = [](const char* name, int32_t v) {
     if (v <= 0) invalid("prepare: spec.", name, "=", v, " must be positive");
   };
@@ -231,4 +236,4 @@ void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const K
   }
 }
 
-}  // namespace halo::cuda
+}  // namespace halo::plugin

@@ -1,4 +1,6 @@
-// Argument validation shared with the CPU plugin's semantics (validate.cpp).
+// Argument validation shared by the in-tree plugins (cpu, cuda): the spec,
+// named weights and execute arguments, with the same codes and messages
+// everywhere (what the conformance suite checks).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +13,7 @@
 #include "halo/kernels/dtype.h"
 #include "halo/kernels/kernels.h"
 
-namespace halo::cuda {
+namespace halo::plugin {
 
 std::string shape_str(const int64_t* shape, int ndim);
 std::string dtype_str(DLDataType t);
@@ -37,7 +39,8 @@ class WeightSet {
   std::map<std::string, const DLTensor*, std::less<>> map_;
 };
 
-void validate_spec(const halo_model_spec* s);
+// `plugin` names the plugin in the refusal of a compiled model (v1.1 field).
+void validate_spec(const halo_model_spec* s, const char* plugin);
 
 struct ExecLimits {
   int32_t vocab = 0, max_num_seqs = 0, max_model_len = 0, max_num_batched_tokens = 0, block_size = 0;
@@ -47,4 +50,4 @@ struct KvLimits {
 };
 void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const KvLimits* kv);
 
-}  // namespace halo::cuda
+}  // namespace halo::plugin
