@@ -236,4 +236,37 @@ void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const K
   }
 }
 
+// ------------------------------------------------------------ buffers
+
+size_t buffer_elem_size(const char* where, DLDataType t) {
+  if (t.lanes == 1) {
+    if (t.code == kDLFloat && (t.bits == 32 || t.bits == 16)) return t.bits / 8;
+    if (t.code == kDLBfloat && t.bits == 16) return 2;
+    if (t.code == kDLInt && (t.bits == 32 || t.bits == 64)) return t.bits / 8;
+    if (t.code == kDLUInt && t.bits == 8) return 1;
+  }
+  invalid(where, ": dtype code=", static_cast<int>(t.code), " bits=", static_cast<int>(t.bits),
+          " lanes=", t.lanes, " is not one of float32, bfloat16, float16, int32, int64, uint8");
+}
+
+// Number of bytes of a contiguous host tensor; throws on anything else.
+size_t host_tensor_bytes(const char* where, const DLTensor* t) {
+  if (t->device.device_type != kDLCPU)
+    invalid(where, ": host tensor has device_type=", static_cast<int>(t->device.device_type),
+            ", expected kDLCPU (1)");
+  const size_t es = buffer_elem_size(where, t->dtype);
+  if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr)) invalid(where, ": host tensor has ndim=", t->ndim);
+  size_t n = 1;
+  int64_t expect = 1;
+  for (int i = t->ndim - 1; i >= 0; --i) {
+    if (t->shape[i] < 0) invalid(where, ": host tensor has shape[", i, "]=", t->shape[i]);
+    if (t->strides && t->shape[i] != 1 && t->strides[i] != expect)
+      invalid(where, ": host tensor is not contiguous (strides[", i, "]=", t->strides[i], ", expected ", expect, ")");
+    expect *= t->shape[i];
+    n *= static_cast<size_t>(t->shape[i]);
+  }
+  if (n > 0 && t->data == nullptr) invalid(where, ": host tensor has data=NULL");
+  return n * es;
+}
+
 }  // namespace halo::plugin

@@ -50,4 +50,10 @@ struct KvLimits {
 };
 void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const KvLimits* kv);
 
+// Buffers (HALO_CAP_BUFFERS): the element size of a supported dtype (fp32,
+// bf16, fp16, int32, int64, uint8) and the bytes of a contiguous host tensor;
+// both throw INVALID_ARGUMENT naming `where` for anything else.
+size_t buffer_elem_size(const char* where, DLDataType t);
+size_t host_tensor_bytes(const char* where, const DLTensor* t);
+
 }  // namespace halo::plugin
