@@ -41,15 +41,7 @@ void prepare(halo_prepare_args* args) {
   exe->flags = s.flags;
   exe->activation = s.activation;
 
-  kernels::RopeParams rp;
-  rp.theta = s.rope_theta;
-  rp.scaling = s.rope_scaling == HALO_ROPE_SCALING_LINEAR   ? kernels::RopeScaling::Linear
-               : s.rope_scaling == HALO_ROPE_SCALING_LLAMA3 ? kernels::RopeScaling::Llama3
-                                                            : kernels::RopeScaling::None;
-  rp.factor = s.rope_factor;
-  rp.low_freq_factor = s.rope_low_freq_factor;
-  rp.high_freq_factor = s.rope_high_freq_factor;
-  rp.original_max_position = s.rope_original_max_position;
+  const kernels::RopeParams rp = rope_params(s);
   exe->inv_freq.resize(static_cast<size_t>(s.head_dim / 2));
   kernels::rope_inv_freq(rp, static_cast<size_t>(s.head_dim), exe->inv_freq.data());
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "halo/kernels/kernels.h"
+#include "halo/plugin_support/validate.h"
 #include "runtime.h"
 
 namespace halo::rbln {
@@ -110,15 +111,7 @@ ModelDims model_dims(const halo_model_spec& s, uint32_t weight_dtype) {
   d.activation = s.activation == HALO_ACTIVATION_GELU_TANH ? 1u : 0u;
   d.flags = s.flags & (HALO_MODEL_QKV_BIAS | HALO_MODEL_QK_NORM);
   d.weight_dtype = weight_dtype;
-  kernels::RopeParams rp;
-  rp.theta = s.rope_theta;
-  rp.scaling = s.rope_scaling == HALO_ROPE_SCALING_LINEAR   ? kernels::RopeScaling::Linear
-               : s.rope_scaling == HALO_ROPE_SCALING_LLAMA3 ? kernels::RopeScaling::Llama3
-                                                            : kernels::RopeScaling::None;
-  rp.factor = s.rope_factor;
-  rp.low_freq_factor = s.rope_low_freq_factor;
-  rp.high_freq_factor = s.rope_high_freq_factor;
-  rp.original_max_position = s.rope_original_max_position;
+  const kernels::RopeParams rp = rope_params(s);
   m.inv_freq.resize(static_cast<size_t>(s.head_dim / 2));
   kernels::rope_inv_freq(rp, static_cast<size_t>(s.head_dim), m.inv_freq.data());
   d.rope_inv_freq = m.inv_freq.data();

@@ -236,6 +236,19 @@ void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const K
   }
 }
 
+kernels::RopeParams rope_params(const halo_model_spec& s) {
+  kernels::RopeParams rp;
+  rp.theta = s.rope_theta;
+  rp.scaling = s.rope_scaling == HALO_ROPE_SCALING_LINEAR   ? kernels::RopeScaling::Linear
+               : s.rope_scaling == HALO_ROPE_SCALING_LLAMA3 ? kernels::RopeScaling::Llama3
+                                                            : kernels::RopeScaling::None;
+  rp.factor = s.rope_factor;
+  rp.low_freq_factor = s.rope_low_freq_factor;
+  rp.high_freq_factor = s.rope_high_freq_factor;
+  rp.original_max_position = s.rope_original_max_position;
+  return rp;
+}
+
 // ------------------------------------------------------------ buffers
 
 size_t buffer_elem_size(const char* where, DLDataType t) {

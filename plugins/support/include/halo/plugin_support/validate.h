@@ -50,6 +50,9 @@ struct KvLimits {
 };
 void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const KvLimits* kv);
 
+// The kernels' RoPE parameters for a (validated) spec.
+kernels::RopeParams rope_params(const halo_model_spec& s);
+
 // Buffers (HALO_CAP_BUFFERS): the element size of a supported dtype (fp32,
 // bf16, fp16, int32, int64, uint8) and the bytes of a contiguous host tensor;
 // both throw INVALID_ARGUMENT naming `where` for anything else.
