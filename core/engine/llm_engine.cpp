@@ -1,11 +1,12 @@
 #include "engine/llm_engine.h"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
 
 #include "common/error.h"
 
@@ -15,10 +16,40 @@ namespace {
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
-  while (b >= 1024.0 && u < 4) { b /= 1024.0; ++u; }
+  while (b >= 1024.0 && u < 4) {
+    b /= 1024.0;
+    ++u;
+  }
   return fmt::format("{:.2f} {}", b, units[u]);
 }
 }  // namespace
+
+int32_t parse_kv_cache_dtype(const std::string& s) {
+  std::string v;
+  for (char c : s) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (v.empty() || v == "auto") return HALO_KV_DTYPE_AUTO;
+  if (v == "fp32" || v == "float32" || v == "float") return HALO_KV_DTYPE_FP32;
+  if (v == "bf16" || v == "bfloat16") return HALO_KV_DTYPE_BF16;
+  if (v == "fp16" || v == "float16" || v == "half") return HALO_KV_DTYPE_FP16;
+  throw Error(fmt::format(
+      "--kv-cache-dtype={}: expected auto, fp32 (float32), bf16 (bfloat16) or fp16 (float16, half)",
+      s));
+}
+
+const char* kv_cache_dtype_name(int32_t d) {
+  switch (d) {
+    case HALO_KV_DTYPE_AUTO:
+      return "auto";
+    case HALO_KV_DTYPE_FP32:
+      return "fp32";
+    case HALO_KV_DTYPE_BF16:
+      return "bf16";
+    case HALO_KV_DTYPE_FP16:
+      return "fp16";
+    default:
+      return "unknown";
+  }
+}
 
 LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::LoadedModel> model)
     : config_(config), model_(std::move(model)) {
@@ -41,28 +72,45 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   limits_.max_model_len = config_.max_model_len;
   limits_.max_num_batched_tokens = config_.max_num_batched_tokens;
   limits_.block_size = config_.block_size;
+  const int32_t kv_dtype_asked = parse_kv_cache_dtype(config_.kv_cache_dtype);
+  limits_.kv_cache_dtype = kv_dtype_asked;
+  if (kv_dtype_asked != HALO_KV_DTYPE_AUTO && plugin_->api().abi_minor < 2)
+    throw Error(fmt::format(
+        "--kv-cache-dtype={} needs a plugin of ABI v1.2 or later; plugin '{}' is v{}.{}",
+        config_.kv_cache_dtype, plugin_->name(), plugin_->api().abi_major,
+        plugin_->api().abi_minor));
   std::vector<halo_named_tensor> weights(model_->weights().begin(), model_->weights().end());
   executable_ = std::make_shared<device::Executable>(device_, spec, weights, limits_, options);
   limits_ = executable_->limits();
   // A flag the device cannot honour is an error naming both values, never a silent change.
   auto agree = [&](const char* flag, int asked, int agreed) {
     if (asked > 0 && asked != agreed)
-      throw Error(fmt::format("{}={} contradicts the device: plugin '{}' runs this model with {}={}", flag, asked,
-                              plugin_->name(), flag + 2, agreed));
+      throw Error(
+          fmt::format("{}={} contradicts the device: plugin '{}' runs this model with {}={}", flag,
+                      asked, plugin_->name(), flag + 2, agreed));
   };
   agree("--max-num-seqs", config_.max_num_seqs, limits_.max_num_seqs);
   agree("--max-model-len", config_.max_model_len, limits_.max_model_len);
   agree("--max-num-batched-tokens", config_.max_num_batched_tokens, limits_.max_num_batched_tokens);
   agree("--block-size", config_.block_size, limits_.block_size);
-  if (limits_.max_num_seqs <= 0 || limits_.max_model_len <= 0 || limits_.max_num_batched_tokens <= 0 ||
-      limits_.block_size <= 0) {
-    throw Error(fmt::format("plugin '{}' returned incomplete limits: max_num_seqs={} max_model_len={} "
-                            "max_num_batched_tokens={} block_size={}", plugin_->name(), limits_.max_num_seqs,
-                            limits_.max_model_len, limits_.max_num_batched_tokens, limits_.block_size));
+  if (kv_dtype_asked != HALO_KV_DTYPE_AUTO && limits_.kv_cache_dtype != kv_dtype_asked)
+    throw Error(fmt::format(
+        "--kv-cache-dtype={} contradicts the device: plugin '{}' stores the KV cache as {}",
+        kv_cache_dtype_name(kv_dtype_asked), plugin_->name(),
+        kv_cache_dtype_name(limits_.kv_cache_dtype)));
+  if (limits_.max_num_seqs <= 0 || limits_.max_model_len <= 0 ||
+      limits_.max_num_batched_tokens <= 0 || limits_.block_size <= 0) {
+    throw Error(
+        fmt::format("plugin '{}' returned incomplete limits: max_num_seqs={} max_model_len={} "
+                    "max_num_batched_tokens={} block_size={}",
+                    plugin_->name(), limits_.max_num_seqs, limits_.max_model_len,
+                    limits_.max_num_batched_tokens, limits_.block_size));
   }
   if (!config_.enable_chunked_prefill && limits_.max_num_batched_tokens < limits_.max_model_len) {
-    throw Error(fmt::format("without chunked prefill --max-num-batched-tokens={} must be at least "
-                            "--max-model-len={}", limits_.max_num_batched_tokens, limits_.max_model_len));
+    throw Error(
+        fmt::format("without chunked prefill --max-num-batched-tokens={} must be at least "
+                    "--max-model-len={}",
+                    limits_.max_num_batched_tokens, limits_.max_model_len));
   }
 
   // KV arithmetic: how many blocks the budget buys, logged so users can check it.
@@ -82,7 +130,8 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   } else {
     double budget = double(limits_.kv_memory_available) * config_.device_memory_utilization;
     num_blocks = static_cast<int64_t>(budget / double(per_block));
-    source = fmt::format("--device-memory-utilization={} of {} available", config_.device_memory_utilization,
+    source = fmt::format("--device-memory-utilization={} of {} available",
+                         config_.device_memory_utilization,
                          human_bytes(double(limits_.kv_memory_available)));
     // More blocks than every sequence at full length can use is wasted memory.
     int64_t useful = blocks_per_seq * limits_.max_num_seqs;
@@ -93,41 +142,53 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
     }
   }
   num_blocks = std::min<int64_t>(num_blocks, std::numeric_limits<int32_t>::max());
-  spdlog::info("KV cache: {} bytes/token ({} per layer x {} layers), block_size={} -> {} bytes/block",
-               per_token, per_token / std::max(1, spec.num_layers), spec.num_layers, bs, per_block);
+  spdlog::info(
+      "KV cache: {} bytes/token ({} per layer x {} layers, {}), block_size={} -> {} bytes/block",
+      per_token, per_token / std::max(1, spec.num_layers), spec.num_layers,
+      plugin_->api().abi_minor >= 2 ? kv_cache_dtype_name(limits_.kv_cache_dtype)
+                                    : "dtype not reported",
+      bs, per_block);
   spdlog::info("KV cache: {} blocks = {} tokens ({}) from {}", num_blocks, num_blocks * bs,
                human_bytes(double(num_blocks) * double(per_block)), source);
   if (num_blocks < blocks_per_seq) {
     int64_t fits = num_blocks * bs;
-    throw Error(fmt::format("--max-model-len={} needs {} KV blocks of {} tokens for one sequence, but only {} "
-                            "fit in the KV budget ({}); use --max-model-len {} or less, or give the cache "
-                            "more memory", limits_.max_model_len, blocks_per_seq, bs, num_blocks, source,
-                            std::max<int64_t>(fits, 0)));
+    throw Error(fmt::format(
+        "--max-model-len={} needs {} KV blocks of {} tokens for one sequence, but only {} "
+        "fit in the KV budget ({}); use --max-model-len {} or less, or give the cache "
+        "more memory",
+        limits_.max_model_len, blocks_per_seq, bs, num_blocks, source, std::max<int64_t>(fits, 0)));
   }
   kv_cache_ = std::make_unique<device::KvCache>(executable_, static_cast<int>(num_blocks), bs);
-  blocks_ = std::make_unique<KvBlockManager>(static_cast<int>(num_blocks), bs, config_.enable_prefix_caching);
+  blocks_ = std::make_unique<KvBlockManager>(static_cast<int>(num_blocks), bs,
+                                             config_.enable_prefix_caching);
 
   SchedulerConfig sc;
   sc.max_num_seqs = limits_.max_num_seqs;
   sc.max_num_batched_tokens = limits_.max_num_batched_tokens;
   sc.max_model_len = limits_.max_model_len;
-  sc.chunked_prefill = config_.enable_chunked_prefill && (limits_.capabilities & HALO_CAP_CHUNKED_PREFILL);
+  sc.chunked_prefill =
+      config_.enable_chunked_prefill && (limits_.capabilities & HALO_CAP_CHUNKED_PREFILL);
   sc.mixed_batch = (limits_.capabilities & HALO_CAP_MIXED_BATCH) != 0;
   if (!sc.chunked_prefill && sc.max_num_batched_tokens < sc.max_model_len) {
-    throw Error(fmt::format("device '{}' cannot split prompts, so max_num_batched_tokens={} must be at least "
-                            "max_model_len={}", plugin_->name(), sc.max_num_batched_tokens, sc.max_model_len));
+    throw Error(fmt::format(
+        "device '{}' cannot split prompts, so max_num_batched_tokens={} must be at least "
+        "max_model_len={}",
+        plugin_->name(), sc.max_num_batched_tokens, sc.max_model_len));
   }
   scheduler_ = std::make_unique<Scheduler>(sc, *blocks_);
   runner_ = std::make_unique<ModelRunner>(*executable_, *kv_cache_, spec.vocab_size);
   eos_ids_ = mc.eos_token_ids;
-  spdlog::info("engine ready on {} ({}): max_num_seqs={} max_model_len={} max_num_batched_tokens={} "
-               "chunked_prefill={} prefix_caching={}", plugin_->name(), device_->info().name, sc.max_num_seqs,
-               sc.max_model_len, sc.max_num_batched_tokens, sc.chunked_prefill, config_.enable_prefix_caching);
+  spdlog::info(
+      "engine ready on {} ({}): max_num_seqs={} max_model_len={} max_num_batched_tokens={} "
+      "chunked_prefill={} prefix_caching={}",
+      plugin_->name(), device_->info().name, sc.max_num_seqs, sc.max_model_len,
+      sc.max_num_batched_tokens, sc.chunked_prefill, config_.enable_prefix_caching);
 }
 
 LLMEngine::~LLMEngine() = default;
 
-void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids, const SamplingParams& params) const {
+void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids,
+                                 const SamplingParams& params) const {
   params.validate();
   if (prompt_ids.empty()) throw Error("the prompt is empty");
   const int vocab = model_->config().spec.vocab_size;
@@ -136,8 +197,9 @@ void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids, const S
       throw Error(fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab));
   }
   if (static_cast<int>(prompt_ids.size()) >= limits_.max_model_len) {
-    throw Error(fmt::format("the prompt has {} tokens but max_model_len is {}, leaving no room to generate",
-                            prompt_ids.size(), limits_.max_model_len));
+    throw Error(
+        fmt::format("the prompt has {} tokens but max_model_len is {}, leaving no room to generate",
+                    prompt_ids.size(), limits_.max_model_len));
   }
 }
 
@@ -148,7 +210,8 @@ void LLMEngine::add_request(const std::string& request_id, std::vector<int32_t> 
   } catch (const Error& e) {
     throw Error(fmt::format("request {}: {}", request_id, e.what()));
   }
-  if (live_.count(request_id)) throw Error(fmt::format("request id {} is already in use", request_id));
+  if (live_.count(request_id))
+    throw Error(fmt::format("request id {} is already in use", request_id));
   auto seq = std::make_shared<Sequence>();
   seq->request_id = request_id;
   seq->arrival = next_arrival_++;
@@ -169,7 +232,8 @@ bool LLMEngine::abort_request(const std::string& request_id, FinishReason reason
 void LLMEngine::check_stop(Sequence& seq, int32_t token) {
   const auto& p = seq.params;
   int n_out = static_cast<int>(seq.output_ids.size());
-  bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+  bool stop_id =
+      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
   bool eos = !p.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
   if (stop_id || eos) {  // masked in step() until min_tokens exist
     seq.finish_reason = FinishReason::kStop;
@@ -187,9 +251,11 @@ std::vector<RequestOutput> LLMEngine::step() {
   if (sched.empty()) return outputs;
   const auto now = std::chrono::steady_clock::now();
   for (auto& s : sched.scheduled)
-    if (s.seq->first_scheduled == std::chrono::steady_clock::time_point{}) s.seq->first_scheduled = now;
+    if (s.seq->first_scheduled == std::chrono::steady_clock::time_point{})
+      s.seq->first_scheduled = now;
   runner_->execute(sched);
-  stats_.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - now).count();
+  stats_.step_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - now).count();
   stats_.steps++;
   stats_.last_step_tokens = sched.num_batched_tokens;
   stats_.batched_tokens += sched.num_batched_tokens;
@@ -198,11 +264,13 @@ std::vector<RequestOutput> LLMEngine::step() {
   for (size_t i = 0; i < sched.scheduled.size(); ++i) {
     Sequence& seq = *sched.scheduled[i].seq;
     int prompt_len = static_cast<int>(seq.prompt_ids.size());
-    int computed_prompt = std::clamp(prompt_len - seq.num_computed_tokens, 0, sched.scheduled[i].num_tokens);
+    int computed_prompt =
+        std::clamp(prompt_len - seq.num_computed_tokens, 0, sched.scheduled[i].num_tokens);
     stats_.prompt_tokens += computed_prompt;
     if (const auto& pr = runner_->prompt_rows(i); pr.count > 0) {
       for (int k = 0; k < pr.count; ++k) {
-        if (pr.first_position + k != static_cast<int>(seq.prompt_logprobs.size())) continue;  // recomputed
+        if (pr.first_position + k != static_cast<int>(seq.prompt_logprobs.size()))
+          continue;  // recomputed
         std::span<const float> l(runner_->logits_at(pr.first_row + k), vocab);
         seq.prompt_logprobs.push_back(token_logprob(l, seq.prompt_ids[pr.first_position + k + 1],
                                                     seq.params.prompt_logprobs));
@@ -217,8 +285,10 @@ std::vector<RequestOutput> LLMEngine::step() {
     if (static_cast<int>(seq.output_ids.size()) < seq.params.min_tokens) {
       const float ninf = -std::numeric_limits<float>::infinity();
       if (!seq.params.ignore_eos)
-        for (int32_t e : eos_ids_) if (e >= 0 && e < vocab) logits[e] = ninf;
-      for (int32_t e : seq.params.stop_token_ids) if (e >= 0 && e < vocab) logits[e] = ninf;
+        for (int32_t e : eos_ids_)
+          if (e >= 0 && e < vocab) logits[e] = ninf;
+      for (int32_t e : seq.params.stop_token_ids)
+        if (e >= 0 && e < vocab) logits[e] = ninf;
     }
     SampleResult r = sampler_.sample(logits, seq.params, seq.prompt_ids, seq.output_ids, seq.rng);
     const int32_t token = r.sampled.token;

@@ -93,7 +93,7 @@ const std::vector<std::string>& setting_keys() {
       "model", "served-model-name", "compiled-model-dir", "device", "device-index", "dtype", "tensor-parallel-size",
       "max-num-seqs", "max-model-len", "max-num-batched-tokens", "block-size", "kv-cache-memory",
       "device-memory-utilization", "max-kv-tokens", "enable-chunked-prefill", "enable-prefix-caching", "seed",
-      "threads", "rolling-batch"};
+      "threads", "kv-cache-dtype", "rolling-batch"};
   return keys;
 }
 
@@ -156,6 +156,13 @@ void apply_setting(ModelSettings& m, const Setting& s) {
     e.seed = static_cast<uint64_t>(to_int(s, 0, std::numeric_limits<int64_t>::max()));
   } else if (key == "threads") {
     e.threads = static_cast<int>(to_int(s, 0, 4096));
+  } else if (key == "kv-cache-dtype") {
+    try {
+      engine::parse_kv_cache_dtype(v);
+    } catch (const Error&) {
+      bad(s, "expected auto, fp32 (float32), bf16 (bfloat16) or fp16 (float16, half)");
+    }
+    e.kv_cache_dtype = v;
   } else if (key == "rolling-batch") {
     std::string r = lower(v);
     if (r == "disable")
@@ -293,6 +300,7 @@ std::string describe(const ModelSettings& s) {
   row("enable-prefix-caching", e.enable_prefix_caching ? "true" : "false");
   row("seed", std::to_string(e.seed));
   row("threads", std::to_string(e.threads));
+  row("kv-cache-dtype", e.kv_cache_dtype);
   row("rolling-batch", s.rolling_batch);
   return out;
 }

@@ -41,6 +41,9 @@ void add_engine_options(CLI::App& cmd, engine::EngineConfig& c) {
       ->capture_default_str();
   cmd.add_option("--seed", c.seed, "Seed of the engine's random generator")->capture_default_str();
   cmd.add_option("--threads", c.threads, "Host threads for the CPU plugin (0: all cores)");
+  cmd.add_option("--kv-cache-dtype", c.kv_cache_dtype,
+                 "KV cache element type: auto (bf16 for 16-bit checkpoints on cpu), bf16, fp16 or fp32")
+      ->capture_default_str();
 }
 
 }  // namespace halo::tools

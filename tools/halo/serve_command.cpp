@@ -119,6 +119,7 @@ SettingLayer cli_layer(const CLI::App& cmd, const ServeOptions& o) {
       {"enable-prefix-caching", b(e.enable_prefix_caching)},
       {"seed", std::to_string(e.seed)},
       {"threads", std::to_string(e.threads)},
+      {"kv-cache-dtype", e.kv_cache_dtype},
   };
   SettingLayer layer;
   for (const auto& [key, value] : values)

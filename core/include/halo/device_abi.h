@@ -38,7 +38,7 @@ extern "C" {
 #endif
 
 #define HALO_ABI_VERSION_MAJOR 1
-#define HALO_ABI_VERSION_MINOR 1
+#define HALO_ABI_VERSION_MINOR 2
 
 /* Name of the one symbol every plugin exports. */
 #define HALO_PLUGIN_ENTRY_SYMBOL "halo_plugin_get_api"
@@ -214,7 +214,20 @@ typedef struct halo_limits {
   uint32_t capabilities;          /* out: HALO_CAP_CHUNKED_PREFILL / MIXED_BATCH as agreed */
   uint64_t kv_bytes_per_block;    /* out: device bytes one KV block takes (all layers) */
   uint64_t kv_memory_available;   /* out: device bytes left for KV after weights */
+  /* v1.2: element type of the KV cache. in: proposed (AUTO = the device's
+   * choice); out: what the cache stores. A plugin that cannot store the
+   * proposed type fails prepare naming it; a caller older than v1.2 gets
+   * the device's choice. */
+  int32_t kv_cache_dtype; /* halo_kv_dtype */
 } halo_limits;
+
+/* v1.2: KV cache element types (halo_limits.kv_cache_dtype). */
+typedef enum halo_kv_dtype {
+  HALO_KV_DTYPE_AUTO = 0, /* in only: bf16 for 16-bit checkpoints, else the device's default */
+  HALO_KV_DTYPE_FP32 = 1,
+  HALO_KV_DTYPE_BF16 = 2,
+  HALO_KV_DTYPE_FP16 = 3,
+} halo_kv_dtype;
 
 typedef struct halo_prepare_args {
   size_t struct_size;

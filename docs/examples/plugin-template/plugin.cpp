@@ -8,7 +8,6 @@
 //
 // Check it with:  halo-conformance --plugin path/to/libhalo_plugin_template.so
 #include <halo/device_abi.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -100,7 +99,8 @@ uint64_t host_memory(int what) {
 }
 
 constexpr uint32_t kCapabilities = HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 |
-                                   HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS;
+                                   HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH |
+                                   HALO_CAP_BUFFERS;
 
 }  // namespace
 
@@ -111,7 +111,8 @@ struct halo_device {
 };
 
 struct Layer {
-  std::vector<float> attn_norm, q, k, v, q_bias, k_bias, v_bias, q_norm, k_norm, o, mlp_norm, gate, up, down;
+  std::vector<float> attn_norm, q, k, v, q_bias, k_bias, v_bias, q_norm, k_norm, o, mlp_norm, gate,
+      up, down;
 };
 
 struct halo_executable {
@@ -128,8 +129,8 @@ struct halo_executable {
 struct halo_kv_cache {
   const halo_executable* exe = nullptr;
   int32_t num_blocks = 0;
-  size_t slot_floats = 0;                      // kv_heads * head_dim
-  std::vector<std::vector<float>> k, v;        // per layer: [num_blocks * block_size * slot_floats]
+  size_t slot_floats = 0;                // kv_heads * head_dim
+  std::vector<std::vector<float>> k, v;  // per layer: [num_blocks * block_size * slot_floats]
 };
 
 struct halo_buffer {
@@ -192,7 +193,8 @@ halo_error* device_open(halo_device_open_args* args) {
     if (args->num_options > 0 && args->options == nullptr)
       invalid("options=NULL with num_options=", args->num_options);
     for (size_t i = 0; i < args->num_options; ++i)
-      if (args->options[i].key == nullptr) invalid("options[", i, "].key is NULL");  // unknown keys: ignored
+      if (args->options[i].key == nullptr)
+        invalid("options[", i, "].key is NULL");  // unknown keys: ignored
     args->device = new halo_device{args->device_index};
   });
 }
@@ -225,7 +227,8 @@ class Weights {
     if (n > 0 && w == nullptr) invalid("weights=NULL with num_weights=", n);
     for (size_t i = 0; i < n; ++i) {
       if (w[i].name == nullptr) invalid("weights[", i, "].name is NULL");
-      if (!map_.emplace(w[i].name, w[i].tensor).second) invalid("weight '", w[i].name, "' is given twice");
+      if (!map_.emplace(w[i].name, w[i].tensor).second)
+        invalid("weight '", w[i].name, "' is given twice");
     }
   }
 
@@ -235,13 +238,15 @@ class Weights {
     if (it == map_.end()) invalid("weight '", name, "' is missing");
     const DLTensor* t = it->second;
     if (t == nullptr) invalid("weight '", name, "' has tensor=NULL");
-    if (t->device.device_type != kDLCPU) invalid("weight '", name, "' is not in host memory (kDLCPU)");
+    if (t->device.device_type != kDLCPU)
+      invalid("weight '", name, "' is not in host memory (kDLCPU)");
     bool ok = t->ndim == static_cast<int>(shape.size()) && t->shape != nullptr;
     for (size_t i = 0; ok && i < shape.size(); ++i) ok = t->shape[i] == shape[i];
     if (!ok) invalid("weight '", name, "' has the wrong shape");
     int64_t expect = 1;
     for (int i = t->ndim - 1; t->strides && i >= 0; --i) {
-      if (t->shape[i] != 1 && t->strides[i] != expect) invalid("weight '", name, "' is not contiguous");
+      if (t->shape[i] != 1 && t->strides[i] != expect)
+        invalid("weight '", name, "' is not contiguous");
       expect *= t->shape[i];
     }
     size_t n = 1;
@@ -269,23 +274,33 @@ class Weights {
 };
 
 void validate_spec(const halo_model_spec* s) {
-  check_args(s, "spec", HALO_STRUCT_SIZE(halo_model_spec, flags));  // v1.1 appended compiled_model_dir
-  if (s->struct_size >= HALO_STRUCT_SIZE(halo_model_spec, compiled_model_dir) && s->compiled_model_dir != nullptr)
-    fail(HALO_STATUS_UNIMPLEMENTED, "spec.compiled_model_dir is set, but this plugin runs weights, not compiled models");
-  for (auto [name, v] : {std::pair{"vocab_size", s->vocab_size}, {"hidden_size", s->hidden_size},
-                         {"intermediate_size", s->intermediate_size}, {"num_layers", s->num_layers},
-                         {"num_heads", s->num_heads}, {"num_kv_heads", s->num_kv_heads},
-                         {"head_dim", s->head_dim}, {"max_position_embeddings", s->max_position_embeddings}})
+  check_args(s, "spec",
+             HALO_STRUCT_SIZE(halo_model_spec, flags));  // v1.1 appended compiled_model_dir
+  if (s->struct_size >= HALO_STRUCT_SIZE(halo_model_spec, compiled_model_dir) &&
+      s->compiled_model_dir != nullptr)
+    fail(HALO_STATUS_UNIMPLEMENTED,
+         "spec.compiled_model_dir is set, but this plugin runs weights, not compiled models");
+  for (auto [name, v] : {std::pair{"vocab_size", s->vocab_size},
+                         {"hidden_size", s->hidden_size},
+                         {"intermediate_size", s->intermediate_size},
+                         {"num_layers", s->num_layers},
+                         {"num_heads", s->num_heads},
+                         {"num_kv_heads", s->num_kv_heads},
+                         {"head_dim", s->head_dim},
+                         {"max_position_embeddings", s->max_position_embeddings}})
     if (v <= 0) invalid("spec.", name, "=", v, " must be positive");
-  if (s->num_heads % s->num_kv_heads != 0) invalid("spec.num_heads is not a multiple of num_kv_heads");
+  if (s->num_heads % s->num_kv_heads != 0)
+    invalid("spec.num_heads is not a multiple of num_kv_heads");
   if (s->head_dim % 2 != 0) invalid("spec.head_dim=", s->head_dim, " must be even");
-  if (!(s->rms_norm_eps > 0) || !(s->rope_theta > 0)) invalid("spec.rms_norm_eps and rope_theta must be positive");
+  if (!(s->rms_norm_eps > 0) || !(s->rope_theta > 0))
+    invalid("spec.rms_norm_eps and rope_theta must be positive");
   int scaling, act;  // read as ints: a C caller may store any value in an enum field
   std::memcpy(&scaling, &s->rope_scaling, sizeof scaling);
   std::memcpy(&act, &s->activation, sizeof act);
   if (scaling < HALO_ROPE_SCALING_NONE || scaling > HALO_ROPE_SCALING_LLAMA3)
     fail(HALO_STATUS_UNIMPLEMENTED, "spec.rope_scaling=", scaling, " is not supported");
-  if (scaling != HALO_ROPE_SCALING_NONE && !(s->rope_factor > 0)) invalid("spec.rope_factor must be positive");
+  if (scaling != HALO_ROPE_SCALING_NONE && !(s->rope_factor > 0))
+    invalid("spec.rope_factor must be positive");
   if (scaling == HALO_ROPE_SCALING_LLAMA3 &&
       !(s->rope_low_freq_factor > 0 && s->rope_high_freq_factor > s->rope_low_freq_factor &&
         s->rope_original_max_position > 0))
@@ -300,12 +315,14 @@ void validate_spec(const halo_model_spec* s) {
 std::vector<double> rope_inv_freq(const halo_model_spec& s) {
   const size_t half = static_cast<size_t>(s.head_dim / 2);
   std::vector<double> f(half);
-  for (size_t i = 0; i < half; ++i) f[i] = 1.0 / std::pow(double{s.rope_theta}, 2.0 * i / s.head_dim);
+  for (size_t i = 0; i < half; ++i)
+    f[i] = 1.0 / std::pow(double{s.rope_theta}, 2.0 * i / s.head_dim);
   if (s.rope_scaling == HALO_ROPE_SCALING_LINEAR) {
     for (double& x : f) x /= s.rope_factor;
   } else if (s.rope_scaling == HALO_ROPE_SCALING_LLAMA3) {
     const double old_len = s.rope_original_max_position;
-    const double low_wavelen = old_len / s.rope_low_freq_factor, high_wavelen = old_len / s.rope_high_freq_factor;
+    const double low_wavelen = old_len / s.rope_low_freq_factor,
+                 high_wavelen = old_len / s.rope_high_freq_factor;
     for (double& x : f) {
       const double wavelen = 2 * std::numbers::pi / x;
       if (wavelen > low_wavelen) {
@@ -330,9 +347,12 @@ halo_error* prepare(halo_prepare_args* args) {
       invalid("options=NULL with num_options=", args->num_options);
     const halo_model_spec& s = *args->spec;
     halo_limits& lim = *args->limits;
-    for (auto [name, v] : {std::pair{"max_num_seqs", lim.max_num_seqs}, {"max_model_len", lim.max_model_len},
-                           {"max_num_batched_tokens", lim.max_num_batched_tokens}, {"block_size", lim.block_size}})
-      if (v < 0) invalid("limits.", name, "=", v, " must not be negative (0 = the plugin's default)");
+    for (auto [name, v] : {std::pair{"max_num_seqs", lim.max_num_seqs},
+                           {"max_model_len", lim.max_model_len},
+                           {"max_num_batched_tokens", lim.max_num_batched_tokens},
+                           {"block_size", lim.block_size}})
+      if (v < 0)
+        invalid("limits.", name, "=", v, " must not be negative (0 = the plugin's default)");
 
     auto exe = std::make_unique<halo_executable>();
     exe->vocab = s.vocab_size;
@@ -348,7 +368,8 @@ halo_error* prepare(halo_prepare_args* args) {
 
     const Weights w(args->weights, args->num_weights);
     const int64_t V = s.vocab_size, H = s.hidden_size, I = s.intermediate_size;
-    const int64_t NQ = int64_t{s.num_heads} * s.head_dim, NKV = int64_t{s.num_kv_heads} * s.head_dim;
+    const int64_t NQ = int64_t{s.num_heads} * s.head_dim,
+                  NKV = int64_t{s.num_kv_heads} * s.head_dim;
     exe->embed = w.get("embed_tokens", {V, H});
     for (int32_t i = 0; i < s.num_layers; ++i) {
       const std::string p = "layers." + std::to_string(i) + ".";
@@ -376,16 +397,26 @@ halo_error* prepare(halo_prepare_args* args) {
     exe->final_norm = w.get("final_norm", {H});
     exe->lm_head = (s.flags & HALO_MODEL_TIED_EMBEDDINGS) ? exe->embed : w.get("lm_head", {V, H});
 
+    // v1.2: the KV cache element type. This template stores fp32 only; a
+    // caller older than v1.2 has no such field (struct_size tells).
+    const bool has_kv_dtype = lim.struct_size >= HALO_STRUCT_SIZE(halo_limits, kv_cache_dtype);
+    if (has_kv_dtype && lim.kv_cache_dtype != HALO_KV_DTYPE_AUTO &&
+        lim.kv_cache_dtype != HALO_KV_DTYPE_FP32)
+      fail(HALO_STATUS_INVALID_ARGUMENT, "prepare: limits.kv_cache_dtype=", lim.kv_cache_dtype,
+           " is not supported: this plugin stores the KV cache in fp32");
+
     // Limits: a dynamic-shape device accepts what the core proposes (0 = our default).
     halo_limits agreed{};
     agreed.struct_size = sizeof agreed;
     agreed.max_num_seqs = lim.max_num_seqs ? lim.max_num_seqs : 256;
     agreed.max_model_len = lim.max_model_len ? lim.max_model_len : s.max_position_embeddings;
-    agreed.max_num_batched_tokens =
-        lim.max_num_batched_tokens ? lim.max_num_batched_tokens : std::max(2048, agreed.max_model_len);
+    agreed.max_num_batched_tokens = lim.max_num_batched_tokens
+                                        ? lim.max_num_batched_tokens
+                                        : std::max(2048, agreed.max_model_len);
     agreed.block_size = lim.block_size ? lim.block_size : 16;
     agreed.capabilities = HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH;
-    agreed.kv_bytes_per_block = 2ull * static_cast<uint64_t>(s.num_layers) * static_cast<uint64_t>(agreed.block_size) *
+    agreed.kv_bytes_per_block = 2ull * static_cast<uint64_t>(s.num_layers) *
+                                static_cast<uint64_t>(agreed.block_size) *
                                 static_cast<uint64_t>(NKV) * sizeof(float);
     agreed.kv_memory_available = host_memory(_SC_AVPHYS_PAGES) / 2;
     exe->limits = agreed;
@@ -396,6 +427,7 @@ halo_error* prepare(halo_prepare_args* args) {
     lim.capabilities = agreed.capabilities;
     lim.kv_bytes_per_block = agreed.kv_bytes_per_block;
     lim.kv_memory_available = agreed.kv_memory_available;
+    if (has_kv_dtype) lim.kv_cache_dtype = HALO_KV_DTYPE_FP32;
     args->executable = exe.release();
   });
 }
@@ -411,12 +443,14 @@ halo_error* kv_cache_create(halo_kv_cache_create_args* args) {
     if (exe == nullptr) invalid("executable is NULL");
     if (args->num_blocks <= 0) invalid("num_blocks=", args->num_blocks, " must be positive");
     if (args->block_size != exe->limits.block_size)
-      invalid("block_size=", args->block_size, " differs from the agreed block_size=", exe->limits.block_size);
+      invalid("block_size=", args->block_size,
+              " differs from the agreed block_size=", exe->limits.block_size);
     auto kv = std::make_unique<halo_kv_cache>();
     kv->exe = exe;
     kv->num_blocks = args->num_blocks;
     kv->slot_floats = static_cast<size_t>(exe->kv_heads) * static_cast<size_t>(exe->head_dim);
-    const size_t n = static_cast<size_t>(args->num_blocks) * static_cast<size_t>(args->block_size) * kv->slot_floats;
+    const size_t n = static_cast<size_t>(args->num_blocks) * static_cast<size_t>(args->block_size) *
+                     kv->slot_floats;
     kv->k.assign(exe->layers.size(), std::vector<float>(n));
     kv->v.assign(exe->layers.size(), std::vector<float>(n));
     args->kv_cache = kv.release();
@@ -433,16 +467,19 @@ halo_error* kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* args) {
       invalid("src_blocks or dst_blocks is NULL with num_pairs=", args->num_pairs);
     for (int32_t i = 0; i < args->num_pairs; ++i) {
       if (args->src_blocks[i] < 0 || args->src_blocks[i] >= kv->num_blocks)
-        out_of_range("src_blocks[", i, "]=", args->src_blocks[i], " is outside [0, ", kv->num_blocks, ")");
+        out_of_range("src_blocks[", i, "]=", args->src_blocks[i], " is outside [0, ",
+                     kv->num_blocks, ")");
       if (args->dst_blocks[i] < 0 || args->dst_blocks[i] >= kv->num_blocks)
-        out_of_range("dst_blocks[", i, "]=", args->dst_blocks[i], " is outside [0, ", kv->num_blocks, ")");
+        out_of_range("dst_blocks[", i, "]=", args->dst_blocks[i], " is outside [0, ",
+                     kv->num_blocks, ")");
     }
     const size_t block = static_cast<size_t>(kv->exe->limits.block_size) * kv->slot_floats;
     for (auto* cache : {&kv->k, &kv->v})
       for (auto& layer : *cache)
         for (int32_t i = 0; i < args->num_pairs; ++i)
           std::copy_n(layer.begin() + static_cast<ptrdiff_t>(args->src_blocks[i] * block), block,
-                      layer.begin() + static_cast<ptrdiff_t>(args->dst_blocks[i] * block));  // copy one block
+                      layer.begin() +
+                          static_cast<ptrdiff_t>(args->dst_blocks[i] * block));  // copy one block
   });
 }
 
@@ -450,25 +487,35 @@ void kv_cache_destroy(halo_kv_cache* kv) { delete kv; }
 
 // ------------------------------------------------------------------- execute
 
-void validate_step(const halo_execute_args* a, const halo_executable* exe, const halo_kv_cache* kv) {
+void validate_step(const halo_execute_args* a, const halo_executable* exe,
+                   const halo_kv_cache* kv) {
   const halo_limits& lim = exe->limits;
   const int32_t T = a->num_tokens, S = a->num_seqs, bs = lim.block_size;
   if (T <= 0 || T > lim.max_num_batched_tokens)
-    invalid("num_tokens=", T, " is outside [1, max_num_batched_tokens=", lim.max_num_batched_tokens, "]");
-  if (S <= 0 || S > lim.max_num_seqs) invalid("num_seqs=", S, " is outside [1, max_num_seqs=", lim.max_num_seqs, "]");
-  if (!a->token_ids || !a->positions || !a->slot_mapping || !a->query_start || !a->context_lens || !a->block_tables)
-    invalid("token_ids, positions, slot_mapping, query_start, context_lens and block_tables must not be NULL");
-  if (a->max_blocks_per_seq <= 0) invalid("max_blocks_per_seq=", a->max_blocks_per_seq, " must be positive");
+    invalid("num_tokens=", T, " is outside [1, max_num_batched_tokens=", lim.max_num_batched_tokens,
+            "]");
+  if (S <= 0 || S > lim.max_num_seqs)
+    invalid("num_seqs=", S, " is outside [1, max_num_seqs=", lim.max_num_seqs, "]");
+  if (!a->token_ids || !a->positions || !a->slot_mapping || !a->query_start || !a->context_lens ||
+      !a->block_tables)
+    invalid(
+        "token_ids, positions, slot_mapping, query_start, context_lens and block_tables must not "
+        "be NULL");
+  if (a->max_blocks_per_seq <= 0)
+    invalid("max_blocks_per_seq=", a->max_blocks_per_seq, " must be positive");
   if (a->query_start[0] != 0 || a->query_start[S] != T)
     invalid("query_start must run from 0 to num_tokens=", T);
   for (int32_t s = 0; s < S; ++s) {
     const int32_t q = a->query_start[s + 1] - a->query_start[s], ctx = a->context_lens[s];
-    if (q < 0 || a->query_start[s + 1] > T) invalid("query_start[", s + 1, "]=", a->query_start[s + 1], " is out of order");
+    if (q < 0 || a->query_start[s + 1] > T)
+      invalid("query_start[", s + 1, "]=", a->query_start[s + 1], " is out of order");
     if (ctx < q || ctx > lim.max_model_len)
-      invalid("context_lens[", s, "]=", ctx, " is outside [", q, ", max_model_len=", lim.max_model_len, "]");
+      invalid("context_lens[", s, "]=", ctx, " is outside [", q,
+              ", max_model_len=", lim.max_model_len, "]");
     const int32_t blocks = (ctx + bs - 1) / bs;
     if (blocks > a->max_blocks_per_seq)
-      invalid("context_lens[", s, "]=", ctx, " needs ", blocks, " blocks, max_blocks_per_seq=", a->max_blocks_per_seq);
+      invalid("context_lens[", s, "]=", ctx, " needs ", blocks,
+              " blocks, max_blocks_per_seq=", a->max_blocks_per_seq);
     for (int32_t j = 0; j < blocks; ++j) {
       const int32_t b = a->block_tables[s * a->max_blocks_per_seq + j];
       if (b < 0 || b >= kv->num_blocks)
@@ -485,17 +532,21 @@ void validate_step(const halo_execute_args* a, const halo_executable* exe, const
   }
   if (a->num_logits < 0) invalid("num_logits=", a->num_logits, " is negative");
   if (a->num_logits == 0) return;
-  if (a->logits_indices == nullptr) invalid("logits_indices is NULL with num_logits=", a->num_logits);
+  if (a->logits_indices == nullptr)
+    invalid("logits_indices is NULL with num_logits=", a->num_logits);
   for (int32_t i = 0; i < a->num_logits; ++i)
     if (a->logits_indices[i] < 0 || a->logits_indices[i] >= T)
       out_of_range("logits_indices[", i, "]=", a->logits_indices[i], " is outside [0, ", T, ")");
   const DLTensor* lg = a->logits;
   if (lg == nullptr) invalid("logits is NULL with num_logits=", a->num_logits);
-  if (lg->dtype.code != kDLFloat || lg->dtype.bits != 32 || lg->dtype.lanes != 1) invalid("logits is not float32");
+  if (lg->dtype.code != kDLFloat || lg->dtype.bits != 32 || lg->dtype.lanes != 1)
+    invalid("logits is not float32");
   if (lg->device.device_type != kDLCPU) invalid("logits is not in host memory");
-  if (lg->ndim != 2 || lg->shape == nullptr || lg->shape[0] != a->num_logits || lg->shape[1] != exe->vocab)
+  if (lg->ndim != 2 || lg->shape == nullptr || lg->shape[0] != a->num_logits ||
+      lg->shape[1] != exe->vocab)
     invalid("logits must have shape [num_logits=", a->num_logits, ", vocab_size=", exe->vocab, "]");
-  if (lg->strides != nullptr && (lg->strides[1] != 1 || lg->strides[0] != exe->vocab)) invalid("logits is not contiguous");
+  if (lg->strides != nullptr && (lg->strides[1] != 1 || lg->strides[0] != exe->vocab))
+    invalid("logits is not contiguous");
   if (lg->data == nullptr) invalid("logits has data=NULL");
 }
 
@@ -507,8 +558,8 @@ void rmsnorm(const float* x, const float* w, size_t n, float eps, float* out) {
 }
 
 // out[o] = sum_i W[o, i] * x[i] (+ bias[o]); W is [rows, cols] row-major.
-void linear(const std::vector<float>& W, const float* x, size_t rows, size_t cols, const std::vector<float>& bias,
-            float* out) {
+void linear(const std::vector<float>& W, const float* x, size_t rows, size_t cols,
+            const std::vector<float>& bias, float* out) {
   for (size_t o = 0; o < rows; ++o) {
     double acc = bias.empty() ? 0.0 : bias[o];
     for (size_t i = 0; i < cols; ++i) acc += double{W[o * cols + i]} * x[i];
@@ -517,7 +568,8 @@ void linear(const std::vector<float>& W, const float* x, size_t rows, size_t col
 }
 
 // Neox half-split rotation of each head of x.
-void rope(float* x, size_t heads, size_t hd, const std::vector<double>& inv_freq, int32_t position) {
+void rope(float* x, size_t heads, size_t hd, const std::vector<double>& inv_freq,
+          int32_t position) {
   const size_t half = hd / 2;
   for (size_t i = 0; i < half; ++i) {
     const double angle = position * inv_freq[i];
@@ -558,8 +610,9 @@ halo_error* execute(halo_execute_args* a) {
     std::vector<float> x(T * H), h(H), q(T * NQ), k(NKV), v(NKV), attn(NQ), tmp(H), gate(I), up(I);
     std::vector<double> scores;
     for (size_t t = 0; t < T; ++t)
-      std::copy_n(exe->embed.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(a->token_ids[t]) * H), H,
-                  x.begin() + static_cast<ptrdiff_t>(t * H));
+      std::copy_n(
+          exe->embed.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(a->token_ids[t]) * H), H,
+          x.begin() + static_cast<ptrdiff_t>(t * H));
 
     for (size_t l = 0; l < exe->layers.size(); ++l) {
       const Layer& W = exe->layers[l];
@@ -573,8 +626,10 @@ halo_error* execute(halo_execute_args* a) {
         linear(W.k, h.data(), NKV, H, W.k_bias, k.data());
         linear(W.v, h.data(), NKV, H, W.v_bias, v.data());
         if (exe->flags & HALO_MODEL_QK_NORM) {
-          for (size_t i = 0; i < nh; ++i) rmsnorm(qt + i * hd, W.q_norm.data(), hd, exe->eps, qt + i * hd);
-          for (size_t i = 0; i < nkv; ++i) rmsnorm(&k[i * hd], W.k_norm.data(), hd, exe->eps, &k[i * hd]);
+          for (size_t i = 0; i < nh; ++i)
+            rmsnorm(qt + i * hd, W.q_norm.data(), hd, exe->eps, qt + i * hd);
+          for (size_t i = 0; i < nkv; ++i)
+            rmsnorm(&k[i * hd], W.k_norm.data(), hd, exe->eps, &k[i * hd]);
         }
         rope(qt, nh, hd, exe->inv_freq, a->positions[t]);
         rope(k.data(), nkv, hd, exe->inv_freq, a->positions[t]);
@@ -586,7 +641,8 @@ halo_error* execute(halo_execute_args* a) {
       }
       // 2. attention of every new token over its sequence, read through the block table.
       for (size_t t = 0; t < T; ++t) {
-        const int32_t* table = a->block_tables + static_cast<size_t>(seq_of[t]) * static_cast<size_t>(a->max_blocks_per_seq);
+        const int32_t* table = a->block_tables + static_cast<size_t>(seq_of[t]) *
+                                                     static_cast<size_t>(a->max_blocks_per_seq);
         const size_t n = static_cast<size_t>(n_ctx[t]);
         scores.resize(n);
         for (size_t head = 0; head < nh; ++head) {
@@ -594,7 +650,8 @@ halo_error* execute(halo_execute_args* a) {
           const float* qh = &q[t * NQ + head * hd];
           double max_score = -INFINITY;
           for (size_t j = 0; j < n; ++j) {
-            const size_t block = static_cast<size_t>(table[j / bs]);  // physical block of sequence index j
+            const size_t block =
+                static_cast<size_t>(table[j / bs]);  // physical block of sequence index j
             const float* kj = kc + (block * bs + j % bs) * NKV + g * hd;
             double dot = 0;
             for (size_t d = 0; d < hd; ++d) dot += double{qh[d]} * kj[d];
@@ -634,10 +691,12 @@ halo_error* execute(halo_execute_args* a) {
     }
 
     // 4. logits of the rows asked for, into the caller's fp32 [num_logits, vocab] tensor.
-    float* logits = reinterpret_cast<float*>(static_cast<char*>(a->logits ? a->logits->data : nullptr) +
-                                             (a->logits ? a->logits->byte_offset : 0));
+    float* logits =
+        reinterpret_cast<float*>(static_cast<char*>(a->logits ? a->logits->data : nullptr) +
+                                 (a->logits ? a->logits->byte_offset : 0));
     for (int32_t i = 0; i < a->num_logits; ++i) {
-      rmsnorm(&x[static_cast<size_t>(a->logits_indices[i]) * H], exe->final_norm.data(), H, exe->eps, h.data());
+      rmsnorm(&x[static_cast<size_t>(a->logits_indices[i]) * H], exe->final_norm.data(), H,
+              exe->eps, h.data());
       float* row = logits + static_cast<size_t>(i) * static_cast<size_t>(exe->vocab);
       linear(exe->lm_head, h.data(), static_cast<size_t>(exe->vocab), H, {}, row);  // the logits
     }
@@ -648,13 +707,16 @@ halo_error* execute(halo_execute_args* a) {
 
 size_t tensor_bytes(const DLTensor* t) {
   if (t->device.device_type != kDLCPU) invalid("host tensor is not kDLCPU");
-  if (t->dtype.lanes != 1 || t->dtype.bits == 0 || t->dtype.bits % 8 != 0) invalid("unsupported dtype");
-  if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr)) invalid("host tensor has ndim=", t->ndim, " and no shape");
+  if (t->dtype.lanes != 1 || t->dtype.bits == 0 || t->dtype.bits % 8 != 0)
+    invalid("unsupported dtype");
+  if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr))
+    invalid("host tensor has ndim=", t->ndim, " and no shape");
   size_t n = t->dtype.bits / 8;
   int64_t expect = 1;
   for (int i = t->ndim - 1; i >= 0; --i) {
     if (t->shape[i] < 0) invalid("host tensor has shape[", i, "]=", t->shape[i]);
-    if (t->strides && t->shape[i] != 1 && t->strides[i] != expect) invalid("host tensor is not contiguous");
+    if (t->strides && t->shape[i] != 1 && t->strides[i] != expect)
+      invalid("host tensor is not contiguous");
     expect *= t->shape[i];
     n *= static_cast<size_t>(t->shape[i]);
   }
@@ -686,10 +748,12 @@ halo_error* buffer_to_host(halo_buffer_to_host_args* args) {
     DLTensor* t = args->host;
     if (t == nullptr) invalid("host is NULL");
     const size_t n = tensor_bytes(t);
-    if (t->dtype.code != b->dtype.code || t->dtype.bits != b->dtype.bits) invalid("host dtype differs from the buffer's");
+    if (t->dtype.code != b->dtype.code || t->dtype.bits != b->dtype.bits)
+      invalid("host dtype differs from the buffer's");
     if (!std::equal(b->shape.begin(), b->shape.end(), t->shape, t->shape + t->ndim))
       invalid("host shape differs from the buffer's");
-    std::copy(b->bytes.begin(), b->bytes.begin() + static_cast<ptrdiff_t>(n), static_cast<char*>(t->data) + t->byte_offset);
+    std::copy(b->bytes.begin(), b->bytes.begin() + static_cast<ptrdiff_t>(n),
+              static_cast<char*>(t->data) + t->byte_offset);
   });
 }
 

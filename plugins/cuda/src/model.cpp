@@ -518,6 +518,8 @@ void prepare(halo_prepare_args* args) {
   if (any_f32)
     std::fprintf(stderr, "halo cuda: fp32 weights are converted to %s on upload (GEMMs run in 16-bit with fp32 accumulation)\n",
                  exe->dt == Dt::BF16 ? "bf16" : "fp16");
+  // The KV cache is stored in the compute type.
+  check_kv_dtype("cuda", proposed_kv_dtype(lim), {exe->dt == Dt::BF16 ? HALO_KV_DTYPE_BF16 : HALO_KV_DTYPE_FP16});
 
   // Limits (as the CPU plugin; block size 16 by default).
   auto nonneg = [](const char* name, int32_t v) {
@@ -656,6 +658,7 @@ void prepare(halo_prepare_args* args) {
   lim->capabilities = HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH;
   lim->kv_bytes_per_block = exe->kv_bytes_per_block;
   lim->kv_memory_available = avail;
+  set_kv_dtype(lim, exe->dt == Dt::BF16 ? HALO_KV_DTYPE_BF16 : HALO_KV_DTYPE_FP16);
   args->executable = exe.release();
 }
 

@@ -15,6 +15,8 @@
 
 #include "runtime.h"
 
+#include "halo/plugin_support/validate.h"
+
 namespace halo::rbln {
 std::string slot_name(uint32_t slot);
 
@@ -108,6 +110,8 @@ void prepare(halo_prepare_args* a) {
   if (a->spec == nullptr) invalid("prepare: spec is NULL");
   halo_limits* lim = a->limits;
   if (lim == nullptr) invalid("prepare: limits is NULL");
+  // The compiled programs keep the KV cache in fp32.
+  halo::plugin::check_kv_dtype("rbln", halo::plugin::proposed_kv_dtype(lim), {HALO_KV_DTYPE_FP32});
   const halo_model_spec& s = *a->spec;
   const char* dir = s.struct_size >= HALO_STRUCT_SIZE(halo_model_spec, compiled_model_dir) ? s.compiled_model_dir : nullptr;
   if (dir == nullptr)
@@ -232,6 +236,7 @@ void prepare(halo_prepare_args* a) {
   lim->capabilities = HALO_CAP_STATIC_SHAPES;  // no chunked prefill, no mixed batches
   lim->kv_bytes_per_block = per_block;
   lim->kv_memory_available = fit_blocks * per_block;
+  halo::plugin::set_kv_dtype(lim, HALO_KV_DTYPE_FP32);
   a->executable = e.release();
 }
 

@@ -61,7 +61,8 @@ DType weight_dtype(const std::string& name, DLDataType t) {
     if (t.code == kDLBfloat && t.bits == 16) return DType::BF16;
     if (t.code == kDLFloat && t.bits == 16) return DType::F16;
   }
-  invalid("prepare: weight '", name, "' has dtype ", dtype_str(t), ", expected float32, bfloat16 or float16");
+  invalid("prepare: weight '", name, "' has dtype ", dtype_str(t),
+          ", expected float32, bfloat16 or float16");
 }
 
 WeightSet::WeightSet(const halo_named_tensor* weights, size_t n) {
@@ -88,8 +89,8 @@ Matrix WeightSet::get(const std::string& name, std::initializer_list<int64_t> sh
             shape_str(want.data(), static_cast<int>(want.size())));
   const void* data = contiguous_data("prepare", "weight '" + name + "'", t);
   if (reinterpret_cast<uintptr_t>(data) % kernels::dtype_size(dt) != 0)
-    invalid("prepare: weight '", name, "' data + byte_offset is not aligned to its ", kernels::dtype_size(dt),
-            "-byte elements");
+    invalid("prepare: weight '", name, "' data + byte_offset is not aligned to its ",
+            kernels::dtype_size(dt), "-byte elements");
   return {data, dt};
 }
 
@@ -99,7 +100,6 @@ std::vector<float> WeightSet::vec(const std::string& name, int64_t n) const {
   kernels::to_f32(m.data, m.dtype, out.data(), out.size());
   return out;
 }
-
 
 namespace {
 
@@ -118,8 +118,9 @@ void validate_spec(const halo_model_spec* s, const char* plugin) {
   check_args("prepare", s, "prepare: spec");
 #if HALO_ABI_VERSION_MINOR >= 1
   if (HALO_HAS_FIELD(s, halo_model_spec, compiled_model_dir) && s->compiled_model_dir != nullptr)
-    fail(HALO_STATUS_UNIMPLEMENTED, "prepare: the ", plugin, " plugin runs Hugging Face weights, not a compiled model (",
-         s->compiled_model_dir, "); serve it with the device it was compiled for");
+    fail(HALO_STATUS_UNIMPLEMENTED, "prepare: the ", plugin,
+         " plugin runs Hugging Face weights, not a compiled model (", s->compiled_model_dir,
+         "); serve it with the device it was compiled for");
 #endif
   auto positive = [](const char* name, int32_t v) {
     if (v <= 0) invalid("prepare: spec.", name, "=", v, " must be positive");
@@ -133,8 +134,10 @@ void validate_spec(const halo_model_spec* s, const char* plugin) {
   positive("head_dim", s->head_dim);
   positive("max_position_embeddings", s->max_position_embeddings);
   if (s->num_heads % s->num_kv_heads != 0)
-    invalid("prepare: spec.num_heads=", s->num_heads, " is not a multiple of num_kv_heads=", s->num_kv_heads);
-  if (s->head_dim % 2 != 0) invalid("prepare: spec.head_dim=", s->head_dim, " must be even for rotary embeddings");
+    invalid("prepare: spec.num_heads=", s->num_heads,
+            " is not a multiple of num_kv_heads=", s->num_kv_heads);
+  if (s->head_dim % 2 != 0)
+    invalid("prepare: spec.head_dim=", s->head_dim, " must be even for rotary embeddings");
   if (!(s->rms_norm_eps > 0.f) || !std::isfinite(s->rms_norm_eps))
     invalid("prepare: spec.rms_norm_eps=", s->rms_norm_eps, " must be positive and finite");
   if (!(s->rope_theta > 0.f) || !std::isfinite(s->rope_theta))
@@ -144,11 +147,13 @@ void validate_spec(const halo_model_spec* s, const char* plugin) {
       break;
     case HALO_ROPE_SCALING_LINEAR:
       if (!(s->rope_factor > 0.f) || !std::isfinite(s->rope_factor))
-        invalid("prepare: spec.rope_factor=", s->rope_factor, " must be positive for linear rope scaling");
+        invalid("prepare: spec.rope_factor=", s->rope_factor,
+                " must be positive for linear rope scaling");
       break;
     case HALO_ROPE_SCALING_LLAMA3:
       if (!(s->rope_factor > 0.f) || !std::isfinite(s->rope_factor))
-        invalid("prepare: spec.rope_factor=", s->rope_factor, " must be positive for llama3 rope scaling");
+        invalid("prepare: spec.rope_factor=", s->rope_factor,
+                " must be positive for llama3 rope scaling");
       if (!(s->rope_low_freq_factor > 0.f) || !(s->rope_high_freq_factor > s->rope_low_freq_factor))
         invalid("prepare: spec.rope_low_freq_factor=", s->rope_low_freq_factor,
                 " and rope_high_freq_factor=", s->rope_high_freq_factor,
@@ -167,69 +172,85 @@ void validate_spec(const halo_model_spec* s, const char* plugin) {
          " is not supported (SILU, GELU_TANH)");
   const uint32_t known = HALO_MODEL_QKV_BIAS | HALO_MODEL_QK_NORM | HALO_MODEL_TIED_EMBEDDINGS;
   if (s->flags & ~known)
-    fail(HALO_STATUS_UNIMPLEMENTED, "prepare: spec.flags=0x", std::hex, s->flags, " has unknown bits 0x",
-         s->flags & ~known);
+    fail(HALO_STATUS_UNIMPLEMENTED, "prepare: spec.flags=0x", std::hex, s->flags,
+         " has unknown bits 0x", s->flags & ~known);
 }
 
 void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const KvLimits* kv) {
   const int32_t T = a->num_tokens, S = a->num_seqs;
   if (T <= 0) invalid("execute: num_tokens=", T, " must be positive");
   if (T > exe->max_num_batched_tokens)
-    invalid("execute: num_tokens=", T, " exceeds max_num_batched_tokens=", exe->max_num_batched_tokens);
+    invalid("execute: num_tokens=", T,
+            " exceeds max_num_batched_tokens=", exe->max_num_batched_tokens);
   if (S <= 0) invalid("execute: num_seqs=", S, " must be positive");
-  if (S > exe->max_num_seqs) invalid("execute: num_seqs=", S, " exceeds max_num_seqs=", exe->max_num_seqs);
+  if (S > exe->max_num_seqs)
+    invalid("execute: num_seqs=", S, " exceeds max_num_seqs=", exe->max_num_seqs);
   if (!a->token_ids) invalid("execute: token_ids is NULL");
   if (!a->positions) invalid("execute: positions is NULL");
   if (!a->slot_mapping) invalid("execute: slot_mapping is NULL");
   if (!a->query_start) invalid("execute: query_start is NULL");
   if (!a->context_lens) invalid("execute: context_lens is NULL");
   if (!a->block_tables) invalid("execute: block_tables is NULL");
-  if (a->max_blocks_per_seq <= 0) invalid("execute: max_blocks_per_seq=", a->max_blocks_per_seq, " must be positive");
+  if (a->max_blocks_per_seq <= 0)
+    invalid("execute: max_blocks_per_seq=", a->max_blocks_per_seq, " must be positive");
   if (a->num_logits < 0) invalid("execute: num_logits=", a->num_logits, " is negative");
-  if (a->num_logits > 0 && !a->logits_indices) invalid("execute: logits_indices is NULL with num_logits=", a->num_logits);
+  if (a->num_logits > 0 && !a->logits_indices)
+    invalid("execute: logits_indices is NULL with num_logits=", a->num_logits);
 
-  if (a->query_start[0] != 0) invalid("execute: query_start[0]=", a->query_start[0], ", expected 0");
+  if (a->query_start[0] != 0)
+    invalid("execute: query_start[0]=", a->query_start[0], ", expected 0");
   for (int32_t s = 0; s < S; ++s) {
     const int32_t q = a->query_start[s + 1] - a->query_start[s];
     if (q < 0)
-      invalid("execute: query_start[", s + 1, "]=", a->query_start[s + 1], " is smaller than query_start[", s,
-              "]=", a->query_start[s]);
+      invalid("execute: query_start[", s + 1, "]=", a->query_start[s + 1],
+              " is smaller than query_start[", s, "]=", a->query_start[s]);
     if (a->query_start[s + 1] > T)
-      invalid("execute: query_start[", s + 1, "]=", a->query_start[s + 1], " exceeds num_tokens=", T);
+      invalid("execute: query_start[", s + 1, "]=", a->query_start[s + 1],
+              " exceeds num_tokens=", T);
     const int32_t ctx = a->context_lens[s];
-    if (ctx < q) invalid("execute: context_lens[", s, "]=", ctx, " is smaller than its query length ", q);
+    if (ctx < q)
+      invalid("execute: context_lens[", s, "]=", ctx, " is smaller than its query length ", q);
     if (ctx > exe->max_model_len)
-      invalid("execute: context_lens[", s, "]=", ctx, " exceeds max_model_len=", exe->max_model_len);
+      invalid("execute: context_lens[", s, "]=", ctx,
+              " exceeds max_model_len=", exe->max_model_len);
     const int32_t nblk = (ctx + exe->block_size - 1) / exe->block_size;
     if (nblk > a->max_blocks_per_seq)
-      invalid("execute: context_lens[", s, "]=", ctx, " needs ", nblk, " blocks but max_blocks_per_seq=",
-              a->max_blocks_per_seq);
-    const int32_t* bt = a->block_tables + static_cast<size_t>(s) * static_cast<size_t>(a->max_blocks_per_seq);
+      invalid("execute: context_lens[", s, "]=", ctx, " needs ", nblk,
+              " blocks but max_blocks_per_seq=", a->max_blocks_per_seq);
+    const int32_t* bt =
+        a->block_tables + static_cast<size_t>(s) * static_cast<size_t>(a->max_blocks_per_seq);
     for (int32_t j = 0; j < nblk; ++j)
       if (bt[j] < 0 || bt[j] >= kv->num_blocks)
-        out_of_range("execute: block_tables[", s, "][", j, "]=", bt[j], " is outside [0, ", kv->num_blocks, ")");
+        out_of_range("execute: block_tables[", s, "][", j, "]=", bt[j], " is outside [0, ",
+                     kv->num_blocks, ")");
   }
   if (a->query_start[S] != T)
-    invalid("execute: query_start[num_seqs=", S, "]=", a->query_start[S], " does not equal num_tokens=", T);
+    invalid("execute: query_start[num_seqs=", S, "]=", a->query_start[S],
+            " does not equal num_tokens=", T);
   const int64_t num_slots = int64_t{kv->num_blocks} * kv->block_size;
   for (int32_t t = 0; t < T; ++t) {
     if (a->token_ids[t] < 0 || a->token_ids[t] >= exe->vocab)
-      out_of_range("execute: token_ids[", t, "]=", a->token_ids[t], " is outside [0, ", exe->vocab, ")");
-    if (a->positions[t] < 0) invalid("execute: positions[", t, "]=", a->positions[t], " is negative");
+      out_of_range("execute: token_ids[", t, "]=", a->token_ids[t], " is outside [0, ", exe->vocab,
+                   ")");
+    if (a->positions[t] < 0)
+      invalid("execute: positions[", t, "]=", a->positions[t], " is negative");
     if (a->slot_mapping[t] < -1 || a->slot_mapping[t] >= num_slots)
-      out_of_range("execute: slot_mapping[", t, "]=", a->slot_mapping[t], " is outside [-1, ", num_slots, ")");
+      out_of_range("execute: slot_mapping[", t, "]=", a->slot_mapping[t], " is outside [-1, ",
+                   num_slots, ")");
   }
   for (int32_t i = 0; i < a->num_logits; ++i)
     if (a->logits_indices[i] < 0 || a->logits_indices[i] >= T)
-      out_of_range("execute: logits_indices[", i, "]=", a->logits_indices[i], " is outside [0, ", T, ")");
+      out_of_range("execute: logits_indices[", i, "]=", a->logits_indices[i], " is outside [0, ", T,
+                   ")");
   if (a->num_logits > 0) {
     const DLTensor* lg = a->logits;
     if (lg == nullptr) invalid("execute: logits is NULL with num_logits=", a->num_logits);
     if (lg->dtype.code != kDLFloat || lg->dtype.bits != 32 || lg->dtype.lanes != 1)
       invalid("execute: logits has dtype ", dtype_str(lg->dtype), ", expected float32");
-    if (lg->ndim != 2 || lg->shape == nullptr || lg->shape[0] != a->num_logits || lg->shape[1] != exe->vocab)
-      invalid("execute: logits has shape ", shape_str(lg->shape, lg->ndim), ", expected [", a->num_logits, ", ",
-              exe->vocab, "]");
+    if (lg->ndim != 2 || lg->shape == nullptr || lg->shape[0] != a->num_logits ||
+        lg->shape[1] != exe->vocab)
+      invalid("execute: logits has shape ", shape_str(lg->shape, lg->ndim), ", expected [",
+              a->num_logits, ", ", exe->vocab, "]");
     const void* p = contiguous_data("execute", "logits", lg);
     if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0)
       invalid("execute: logits data + byte_offset is not 4-byte aligned");
@@ -268,18 +289,57 @@ size_t host_tensor_bytes(const char* where, const DLTensor* t) {
     invalid(where, ": host tensor has device_type=", static_cast<int>(t->device.device_type),
             ", expected kDLCPU (1)");
   const size_t es = buffer_elem_size(where, t->dtype);
-  if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr)) invalid(where, ": host tensor has ndim=", t->ndim);
+  if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr))
+    invalid(where, ": host tensor has ndim=", t->ndim);
   size_t n = 1;
   int64_t expect = 1;
   for (int i = t->ndim - 1; i >= 0; --i) {
     if (t->shape[i] < 0) invalid(where, ": host tensor has shape[", i, "]=", t->shape[i]);
     if (t->strides && t->shape[i] != 1 && t->strides[i] != expect)
-      invalid(where, ": host tensor is not contiguous (strides[", i, "]=", t->strides[i], ", expected ", expect, ")");
+      invalid(where, ": host tensor is not contiguous (strides[", i, "]=", t->strides[i],
+              ", expected ", expect, ")");
     expect *= t->shape[i];
     n *= static_cast<size_t>(t->shape[i]);
   }
   if (n > 0 && t->data == nullptr) invalid(where, ": host tensor has data=NULL");
   return n * es;
+}
+
+int32_t proposed_kv_dtype(const halo_limits* lim) {
+  return HALO_HAS_FIELD(lim, halo_limits, kv_cache_dtype) ? lim->kv_cache_dtype
+                                                          : HALO_KV_DTYPE_AUTO;
+}
+
+const char* kv_dtype_name(int32_t d) {
+  switch (d) {
+    case HALO_KV_DTYPE_AUTO:
+      return "auto";
+    case HALO_KV_DTYPE_FP32:
+      return "fp32";
+    case HALO_KV_DTYPE_BF16:
+      return "bf16";
+    case HALO_KV_DTYPE_FP16:
+      return "fp16";
+    default:
+      return "unknown";
+  }
+}
+
+void check_kv_dtype(const char* plugin, int32_t proposed,
+                    std::initializer_list<int32_t> supported) {
+  if (proposed == HALO_KV_DTYPE_AUTO) return;
+  std::string names;
+  for (int32_t d : supported) {
+    if (d == proposed) return;
+    names += names.empty() ? "" : ", ";
+    names += kv_dtype_name(d);
+  }
+  invalid("prepare: limits.kv_cache_dtype=", proposed, " (", kv_dtype_name(proposed),
+          ") is not supported by plugin '", plugin, "' (supported: auto, ", names, ")");
+}
+
+void set_kv_dtype(halo_limits* lim, int32_t agreed) {
+  if (HALO_HAS_FIELD(lim, halo_limits, kv_cache_dtype)) lim->kv_cache_dtype = agreed;
 }
 
 }  // namespace halo::plugin

@@ -110,6 +110,7 @@ halo_error* guarded(const char* where, F&& f) noexcept {
 template <class T>
 constexpr size_t v10_size() {
   if constexpr (std::is_same_v<T, halo_model_spec>) return HALO_STRUCT_SIZE(halo_model_spec, flags);
+  if constexpr (std::is_same_v<T, halo_limits>) return HALO_STRUCT_SIZE(halo_limits, kv_memory_available);
   return sizeof(T);
 }
 

@@ -43,7 +43,8 @@ class WeightSet {
 void validate_spec(const halo_model_spec* s, const char* plugin);
 
 struct ExecLimits {
-  int32_t vocab = 0, max_num_seqs = 0, max_model_len = 0, max_num_batched_tokens = 0, block_size = 0;
+  int32_t vocab = 0, max_num_seqs = 0, max_model_len = 0, max_num_batched_tokens = 0,
+          block_size = 0;
 };
 struct KvLimits {
   int32_t num_blocks = 0, block_size = 0;
@@ -56,6 +57,16 @@ kernels::RopeParams rope_params(const halo_model_spec& s);
 // Buffers (HALO_CAP_BUFFERS): the element size of a supported dtype (fp32,
 // bf16, fp16, int32, int64, uint8) and the bytes of a contiguous host tensor;
 // both throw INVALID_ARGUMENT naming `where` for anything else.
+// v1.2 KV cache dtype negotiation. The type a caller proposed (AUTO when the
+// caller is older than v1.2); a name for messages ("auto", "fp32", ...).
+int32_t proposed_kv_dtype(const halo_limits* lim);
+const char* kv_dtype_name(int32_t d);
+// Fails prepare with INVALID_ARGUMENT naming the plugin and the type unless
+// `proposed` is AUTO or one of `supported`.
+void check_kv_dtype(const char* plugin, int32_t proposed, std::initializer_list<int32_t> supported);
+// Writes the agreed type back when the caller's struct has the field.
+void set_kv_dtype(halo_limits* lim, int32_t agreed);
+
 size_t buffer_elem_size(const char* where, DLDataType t);
 size_t host_tensor_bytes(const char* where, const DLTensor* t);
 
