@@ -6,12 +6,17 @@
 namespace halo::kernels {
 
 namespace {
-constexpr size_t kRowsPerTile = 16;   // weight rows (output columns) per task
+constexpr size_t kRowsPerTile = 16;    // weight rows (output columns) per task
 constexpr size_t kXRowsPerBlock = 32;  // activation rows per task
 }  // namespace
 
 void matmul_nt(ThreadPool& pool, const float* x, size_t M, size_t K, const void* w, DType wt,
                size_t N, const float* bias, float* y) {
+  matmul_nt_strided(pool, x, M, K, K, w, wt, N, bias, y, N);
+}
+
+void matmul_nt_strided(ThreadPool& pool, const float* x, size_t M, size_t K, size_t ldx,
+                       const void* w, DType wt, size_t N, const float* bias, float* y, size_t ldy) {
   if (M == 0 || N == 0) return;
   const detail::SimdTable& simd = detail::simd();
   const detail::RowsFn direct =
@@ -53,16 +58,17 @@ void matmul_nt(ThreadPool& pool, const float* x, size_t M, size_t K, const void*
     for (; m + 4 <= m1; m += 4) {
       for (size_t n = n0; n < n1; n += 4) {
         const int nr = static_cast<int>(std::min<size_t>(4, n1 - n));
-        tile4(x + m * K, K, static_cast<const char*>(tile) + (n - n0) * K * tile_esize, K, nr, out4, 4);
+        tile4(x + m * ldx, ldx, static_cast<const char*>(tile) + (n - n0) * K * tile_esize, K, nr,
+              out4, 4);
         for (int i = 0; i < 4; ++i)
           for (int r = 0; r < nr; ++r)
-            y[(m + i) * N + n + r] = bias ? out4[i * 4 + r] + bias[n + r] : out4[i * 4 + r];
+            y[(m + i) * ldy + n + r] = bias ? out4[i * 4 + r] + bias[n + r] : out4[i * 4 + r];
       }
     }
     float out[4];
     for (; m < m1; ++m) {
-      const float* xr = x + m * K;
-      float* yr = y + m * N;
+      const float* xr = x + m * ldx;
+      float* yr = y + m * ldy;
       for (size_t n = n0; n < n1; n += 4) {
         const int nr = static_cast<int>(std::min<size_t>(4, n1 - n));
         rows(xr, static_cast<const char*>(tile) + (n - n0) * K * tile_esize, K, nr, out);

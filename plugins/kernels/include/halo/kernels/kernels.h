@@ -32,6 +32,10 @@ void axpy_f32(float* y, float a, const float* x, size_t n);
 void matmul_nt(ThreadPool& pool, const float* x, size_t M, size_t K, const void* w, DType wt,
                size_t N, const float* bias, float* y);
 
+// The same with row strides: x rows ldx >= K apart, y rows ldy >= N apart.
+void matmul_nt_strided(ThreadPool& pool, const float* x, size_t M, size_t K, size_t ldx, const void* w,
+                       DType wt, size_t N, const float* bias, float* y, size_t ldy);
+
 // out = x * rsqrt(mean(x^2) + eps) * w for one row of n values (out may be x).
 void rmsnorm(const float* x, const float* w, size_t n, float eps, float* out);
 

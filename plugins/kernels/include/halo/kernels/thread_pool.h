@@ -1,6 +1,12 @@
 // A small persistent thread pool: threads are created once and reused for
 // every parallel_for, so a decode step creates no threads and allocates
 // nothing. The calling thread takes part as worker 0.
+//
+// A decode step issues hundreds of short parallel_fors back to back, so
+// idle workers (and the caller waiting for stragglers) first spin for a
+// bounded time (~kSpinMicros) polling an atomic before sleeping on a
+// condition variable: consecutive calls then cost no futex wake-up, while an
+// idle pool still goes to sleep instead of burning cores.
 #pragma once
 
 #include <array>
@@ -38,7 +44,8 @@ class ThreadPool {
       return;
     }
     using Fn = std::remove_reference_t<F>;
-    run(n, [](void* ctx, size_t i, int w) { (*static_cast<Fn*>(ctx))(i, w); },
+    run(
+        n, [](void* ctx, size_t i, int w) { (*static_cast<Fn*>(ctx))(i, w); },
         const_cast<void*>(static_cast<const void*>(&f)));
   }
 
@@ -54,12 +61,18 @@ class ThreadPool {
 
   int num_threads_;
   std::mutex run_mu_;  // one parallel_for at a time
-  std::mutex mu_;
+  std::mutex mu_;      // guards sleeping on the condition variables and error_
   std::condition_variable wake_cv_;
   std::condition_variable done_cv_;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  int busy_ = 0;
+  // Job state: generation in the high 32 bits, kClosed, and the number of
+  // workers inside the current job in the low bits. A worker joins with a
+  // CAS while the job is open; the caller closes it once every task has been
+  // handed out and waits only for the workers that joined, so a worker that
+  // was descheduled (busy machine) never delays the caller. Published under
+  // mu_ (so sleepers cannot miss it) with release; fn_/ctx_/num_tasks_ are
+  // read by joined workers only.
+  std::atomic<uint64_t> state_{0};
+  std::atomic<bool> stop_{false};
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
   size_t num_tasks_ = 0;

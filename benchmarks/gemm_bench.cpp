@@ -1,0 +1,279 @@
+// Matmul micro-benchmarks on TinyLlama-shaped layers: the packed bf16 kernel
+// (gemm_bf16) against the old fp32-activation matmul_nt over bf16 weights
+// and, when built with oneDNN, oneDNN's bf16 matmul with pre-packed weights
+// (the same-run baseline). Counters: FLOP/s and weight bytes/s.
+//
+// Args: shape, M, copies. copies > 1 cycles through that many different
+// weight matrices (> 2x L3 in all) so that M=1 reads its weights from DRAM;
+// BM_ReadBandwidth gives the machine's 2-thread streaming read rate to
+// compare with.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "halo/kernels/gemm_bf16.h"
+#include "halo/kernels/kernels.h"
+
+#ifdef HALO_BENCH_DNNL
+#include <dnnl.hpp>
+#endif
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace k = halo::kernels;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  size_t K, N;
+};
+constexpr Shape kShapes[] = {
+    {"qkv", 2048, 2560}, {"o", 2048, 2048}, {"gate_up", 2048, 11264}, {"down", 5632, 2048}};
+
+k::ThreadPool& pool() {
+  static k::ThreadPool p(2);
+  return p;
+}
+
+uint64_t rng_next(uint64_t& s) {
+  s ^= s << 13;
+  s ^= s >> 7;
+  s ^= s << 17;
+  return s;
+}
+
+// bf16 values in about [-1, 1).
+std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
+  std::vector<uint16_t> v(n);
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (auto& e : v) {
+    const float f = static_cast<float>(rng_next(s) >> 40) / static_cast<float>(1 << 23) - 1.f;
+    e = k::f32_to_bf16(f);
+  }
+  return v;
+}
+
+std::vector<float> random_f32(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
+  for (auto& e : v) e = static_cast<float>(rng_next(s) >> 40) / static_cast<float>(1 << 23) - 1.f;
+  return v;
+}
+
+// Raw [N, K] bf16 weights, one per (shape, copy), generated once.
+const std::vector<uint16_t>& raw_weight(int shape, int copy) {
+  static std::map<std::pair<int, int>, std::vector<uint16_t>> cache;
+  auto& w = cache[{shape, copy}];
+  if (w.empty())
+    w = random_bf16(kShapes[shape].N * kShapes[shape].K,
+                    static_cast<uint64_t>(shape * 100 + copy + 1));
+  return w;
+}
+
+void set_counters(benchmark::State& state, size_t M, const Shape& s) {
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * M * s.N * s.K, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["W_B/s"] =
+      benchmark::Counter(2.0 * s.N * s.K, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_GemmBf16(benchmark::State& state) {
+  const int shape = static_cast<int>(state.range(0));
+  const size_t M = static_cast<size_t>(state.range(1));
+  const int copies = static_cast<int>(state.range(2));
+  const Shape& s = kShapes[shape];
+  std::vector<k::PackedWeight> ws;
+  for (int c = 0; c < copies; ++c)
+    ws.push_back(k::PackedWeight::pack({{raw_weight(shape, c).data(), k::DType::BF16, s.N}}, s.K));
+  const auto x = random_f32(M * s.K, 3);
+  std::vector<float> y(M * s.N);
+  k::GemmScratch scratch;
+  int c = 0;
+  for (auto _ : state) {
+    k::gemm_bf16(pool(), x.data(), M, s.K, ws[static_cast<size_t>(c)], nullptr, y.data(), s.N,
+                 scratch);
+    benchmark::DoNotOptimize(y.data());
+    if (++c == copies) c = 0;
+  }
+  set_counters(state, M, s);
+  state.SetLabel(std::string(s.name) + (k::cpu_has_avx512_bf16() ? "" : " (generic)"));
+}
+
+void BM_MatmulNt(benchmark::State& state) {
+  const int shape = static_cast<int>(state.range(0));
+  const size_t M = static_cast<size_t>(state.range(1));
+  const int copies = static_cast<int>(state.range(2));
+  const Shape& s = kShapes[shape];
+  for (int c = 0; c < copies; ++c) raw_weight(shape, c);
+  const auto x = random_f32(M * s.K, 3);
+  std::vector<float> y(M * s.N);
+  int c = 0;
+  for (auto _ : state) {
+    k::matmul_nt(pool(), x.data(), M, s.K, raw_weight(shape, c).data(), k::DType::BF16, s.N,
+                 nullptr, y.data());
+    benchmark::DoNotOptimize(y.data());
+    if (++c == copies) c = 0;
+  }
+  set_counters(state, M, s);
+  state.SetLabel(s.name);
+}
+
+#ifdef HALO_BENCH_DNNL
+// oneDNN bf16 matmul: bf16 src [M, K] (already converted, unlike the other
+// two which convert fp32 activations inside the timed call), weights
+// reordered once into the primitive's preferred layout, fp32 dst.
+void BM_OneDnnBf16(benchmark::State& state) {
+  using namespace dnnl;
+  using dt = memory::data_type;
+  using tag = memory::format_tag;
+  const int shape = static_cast<int>(state.range(0));
+  const size_t M = static_cast<size_t>(state.range(1));
+  const int copies = static_cast<int>(state.range(2));
+  const Shape& s = kShapes[shape];
+  static engine eng(engine::kind::cpu, 0);
+  stream strm(eng);
+  const auto Mi = static_cast<memory::dim>(M), Ki = static_cast<memory::dim>(s.K),
+             Ni = static_cast<memory::dim>(s.N);
+  memory::desc a_md({Mi, Ki}, dt::bf16, tag::ab);
+  memory::desc b_any({Ki, Ni}, dt::bf16, tag::any);
+  memory::desc c_md({Mi, Ni}, dt::f32, tag::ab);
+  matmul::primitive_desc pd(matmul::desc(a_md, b_any, c_md), eng);
+  matmul prim(pd);
+  // Weights [K, N] with strides (1, K): the transposed view of row-major [N, K].
+  memory::desc b_user({Ki, Ni}, dt::bf16, memory::dims{1, Ki});
+  std::vector<memory> bs;
+  for (int c = 0; c < copies; ++c) {
+    memory user(b_user, eng, const_cast<uint16_t*>(raw_weight(shape, c).data()));
+    memory packed(pd.weights_desc(), eng);
+    reorder(user, packed).execute(strm, user, packed);
+    bs.push_back(packed);
+  }
+  auto xa = random_bf16(M * s.K, 3);
+  memory a(a_md, eng, xa.data());
+  memory cm(c_md, eng);
+  strm.wait();
+  int c = 0;
+  for (auto _ : state) {
+    prim.execute(
+        strm,
+        {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, bs[static_cast<size_t>(c)]}, {DNNL_ARG_DST, cm}});
+    strm.wait();
+    if (++c == copies) c = 0;
+  }
+  set_counters(state, M, s);
+  state.SetLabel(s.name);
+}
+#endif
+
+// Number of weight copies so that the copies exceed 128 MiB (> 2x the 32 MiB L3... and more).
+int dram_copies(int shape) {
+  const double bytes = 2.0 * kShapes[shape].N * kShapes[shape].K;
+  return static_cast<int>(128.0 * 1024 * 1024 / bytes) + 1;
+}
+
+void shape_args(benchmark::internal::Benchmark* b) {
+  for (int shape = 0; shape < 4; ++shape) {
+    for (int M : {1, 4, 16, 32, 64, 512}) b->Args({shape, M, 1});
+    b->Args({shape, 1, dram_copies(shape)});  // M=1 with weights from DRAM
+    b->Args({shape, 4, dram_copies(shape)});
+  }
+  b->ArgNames({"shape", "M", "copies"});
+  b->UseRealTime();
+}
+
+BENCHMARK(BM_GemmBf16)->Apply(shape_args);
+BENCHMARK(BM_MatmulNt)->Apply(shape_args);
+#ifdef HALO_BENCH_DNNL
+BENCHMARK(BM_OneDnnBf16)->Apply(shape_args);
+#endif
+
+// Packing one layer's weights (load-time cost): bf16 and fp32 sources.
+void BM_Pack(benchmark::State& state) {
+  const Shape& s = kShapes[state.range(0)];
+  const bool f32 = state.range(1) != 0;
+  const auto& raw = raw_weight(static_cast<int>(state.range(0)), 0);
+  std::vector<float> wf;
+  if (f32) {
+    wf.resize(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) wf[i] = k::bf16_to_f32(raw[i]);
+  }
+  for (auto _ : state) {
+    auto w = f32 ? k::PackedWeight::pack({{wf.data(), k::DType::F32, s.N}}, s.K)
+                 : k::PackedWeight::pack({{raw.data(), k::DType::BF16, s.N}}, s.K);
+    benchmark::DoNotOptimize(w.data());
+  }
+  state.counters["params/s"] = benchmark::Counter(static_cast<double>(s.N * s.K),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Pack)
+    ->Args({2, 0})
+    ->Args({2, 1})
+    ->ArgNames({"shape", "f32"})
+    ->Unit(benchmark::kMillisecond);
+
+// ------------------------------------------------------------ read bandwidth
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) uint64_t sum_avx512(const uint64_t* p, size_t n) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm512_add_epi64(a0, _mm512_load_si512(p + i));
+    a1 = _mm512_add_epi64(a1, _mm512_load_si512(p + i + 8));
+    a2 = _mm512_add_epi64(a2, _mm512_load_si512(p + i + 16));
+    a3 = _mm512_add_epi64(a3, _mm512_load_si512(p + i + 24));
+  }
+  return static_cast<uint64_t>(_mm512_reduce_add_epi64(
+      _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3))));
+}
+#endif
+
+uint64_t sum_plain(const uint64_t* p, size_t n) {
+  uint64_t s = 0;
+  for (size_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+
+// 2 threads each summing half of a 2 GiB buffer.
+void BM_ReadBandwidth(benchmark::State& state) {
+  const size_t bytes = size_t{2} << 30;
+  const size_t n = bytes / 8;
+  auto* p = static_cast<uint64_t*>(std::aligned_alloc(64, bytes));
+  for (size_t i = 0; i < n; ++i) p[i] = i;
+  const bool avx = __builtin_cpu_supports("avx512f");
+  const size_t parts = static_cast<size_t>(pool().size());
+  std::vector<uint64_t> sums(parts * 8);
+  for (auto _ : state) {
+    pool().parallel_for(parts, [&](size_t t, int) {
+      const size_t b = n * t / parts, e = n * (t + 1) / parts;
+#if defined(__x86_64__)
+      sums[t * 8] = avx ? sum_avx512(p + b, e - b) : sum_plain(p + b, e - b);
+#else
+      sums[t * 8] = sum_plain(p + b, e - b);
+#endif
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["B/s"] =
+      benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
+  std::free(p);
+}
+BENCHMARK(BM_ReadBandwidth)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Back-to-back tiny parallel_fors: the pool's hand-off cost per call.
+void BM_PoolRoundTrip(benchmark::State& state) {
+  std::atomic<int> sink{0};
+  for (auto _ : state) pool().parallel_for(2, [&](size_t i, int) { sink += static_cast<int>(i); });
+  benchmark::DoNotOptimize(sink.load());
+}
+BENCHMARK(BM_PoolRoundTrip)->UseRealTime();
+
+}  // namespace
