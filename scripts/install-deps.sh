@@ -10,7 +10,7 @@ build_pkgs=(
   build-essential cmake ninja-build pkg-config git
   libyaml-cpp-dev libboost-dev libboost-filesystem-dev libdlpack-dev libze-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libutf8proc-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libutf8proc-dev libdnnl-dev
 )
 test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm curl)
 
