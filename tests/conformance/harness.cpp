@@ -1,18 +1,18 @@
 #include "harness.h"
 
 #include <dlfcn.h>
-#include <stdlib.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <numeric>
 #include <random>
-#include <filesystem>
 #include <sstream>
 
 namespace conf {
@@ -53,7 +53,8 @@ const Lib& plugin() {
 }
 
 const Lib* reference() {
-  static const Lib lib = settings().reference_path.empty() ? Lib{} : load(settings().reference_path);
+  static const Lib lib =
+      settings().reference_path.empty() ? Lib{} : load(settings().reference_path);
   return lib.api ? &lib : nullptr;
 }
 
@@ -64,13 +65,20 @@ bool testing_reference() {
 
 const char* code_name(halo_status_code code) {
   switch (code) {
-    case HALO_STATUS_OK: return "OK";
-    case HALO_STATUS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case HALO_STATUS_OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case HALO_STATUS_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
-    case HALO_STATUS_UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case HALO_STATUS_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case HALO_STATUS_INTERNAL: return "INTERNAL";
+    case HALO_STATUS_OK:
+      return "OK";
+    case HALO_STATUS_INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case HALO_STATUS_OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case HALO_STATUS_OUT_OF_MEMORY:
+      return "OUT_OF_MEMORY";
+    case HALO_STATUS_UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case HALO_STATUS_FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case HALO_STATUS_INTERNAL:
+      return "INTERNAL";
   }
   return "UNKNOWN_CODE";
 }
@@ -175,14 +183,16 @@ Outcome isolated(const std::function<Status()>& call, bool also_in_process) {
   if (WIFSIGNALED(wstatus)) {
     const int sig = WTERMSIG(wstatus);
     out.crashed = true;
-    out.crash = std::string("the call crashed the process with signal ") + std::to_string(sig) + " (" +
-                strsignal(sig) + (sig == SIGABRT ? "; an exception reaching a noexcept boundary aborts" : "") +
+    out.crash = std::string("the call crashed the process with signal ") + std::to_string(sig) +
+                " (" + strsignal(sig) +
+                (sig == SIGABRT ? "; an exception reaching a noexcept boundary aborts" : "") +
                 (sig == SIGALRM ? "; it hung for 30 s" : "") + ")";
     return out;
   }
   if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0 || got.empty()) {
     out.crashed = true;
-    out.crash = "the call ended the process (exit status " + std::to_string(WEXITSTATUS(wstatus)) + ")";
+    out.crash =
+        "the call ended the process (exit status " + std::to_string(WEXITSTATUS(wstatus)) + ")";
     return out;
   }
   if (got.rfind("EXCEPTION", 0) == 0) {
@@ -206,15 +216,23 @@ Outcome isolated(const std::function<Status()>& call, bool also_in_process) {
 
 const char* dtype_name(WeightDtype d) {
   switch (d) {
-    case WeightDtype::F32: return "fp32";
-    case WeightDtype::BF16: return "bf16";
-    case WeightDtype::F16: return "fp16";
-    case WeightDtype::Mixed: return "mixed";
+    case WeightDtype::F32:
+      return "fp32";
+    case WeightDtype::BF16:
+      return "bf16";
+    case WeightDtype::F16:
+      return "fp16";
+    case WeightDtype::Mixed:
+      return "mixed";
   }
   return "?";
 }
 
 WeightDtype preferred_dtype() {
+  const std::string& forced = settings().model_dtype;
+  if (forced == "fp32") return WeightDtype::F32;
+  if (forced == "bf16") return WeightDtype::BF16;
+  if (forced == "fp16") return WeightDtype::F16;
   const uint32_t caps = properties(plugin(), settings().device).capabilities;
   if (caps & HALO_CAP_DTYPE_FP32) return WeightDtype::F32;
   if (caps & HALO_CAP_DTYPE_BF16) return WeightDtype::BF16;
@@ -224,7 +242,8 @@ WeightDtype preferred_dtype() {
 
 bool uses_compile() {
   const halo_plugin_api* api = plugin().api;
-  if (api == nullptr || api->struct_size < HALO_STRUCT_SIZE(halo_plugin_api, compile) || api->compile == nullptr)
+  if (api == nullptr || api->struct_size < HALO_STRUCT_SIZE(halo_plugin_api, compile) ||
+      api->compile == nullptr)
     return false;
   return !settings().compile_options.empty() ||
          (properties(plugin(), settings().device).capabilities & HALO_CAP_STATIC_SHAPES) != 0;
@@ -232,10 +251,14 @@ bool uses_compile() {
 
 uint32_t dtype_cap(WeightDtype d) {
   switch (d) {
-    case WeightDtype::F32: return HALO_CAP_DTYPE_FP32;
-    case WeightDtype::BF16: return HALO_CAP_DTYPE_BF16;
-    case WeightDtype::F16: return HALO_CAP_DTYPE_FP16;
-    case WeightDtype::Mixed: return HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16;
+    case WeightDtype::F32:
+      return HALO_CAP_DTYPE_FP32;
+    case WeightDtype::BF16:
+      return HALO_CAP_DTYPE_BF16;
+    case WeightDtype::F16:
+      return HALO_CAP_DTYPE_FP16;
+    case WeightDtype::Mixed:
+      return HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16;
   }
   return 0;
 }
@@ -354,7 +377,7 @@ Model::Model(const ModelConfig& c) : cfg(c) {
     t.shape = std::move(shape);
     WeightDtype d = c.dtype;
     if (d == WeightDtype::Mixed) d = static_cast<WeightDtype>(tensors_.size() % 3);
-    t.dtype = d == WeightDtype::F32 ? DLDataType{kDLFloat, 32, 1}
+    t.dtype = d == WeightDtype::F32    ? DLDataType{kDLFloat, 32, 1}
               : d == WeightDtype::BF16 ? DLDataType{kDLBfloat, 16, 1}
                                        : DLDataType{kDLFloat, 16, 1};
     tensors_.push_back(std::move(t));
@@ -413,7 +436,8 @@ Model::Model(const ModelConfig& c) : cfg(c) {
     d.shape = t.shape.data();
     d.strides = nullptr;
   }
-  for (size_t i = 0; i < tensors_.size(); ++i) weights.push_back({tensors_[i].name.c_str(), &dl_[i]});
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    weights.push_back({tensors_[i].name.c_str(), &dl_[i]});
   (void)from_bf16;
 
   spec.struct_size = sizeof spec;
@@ -439,16 +463,21 @@ Model::Model(const ModelConfig& c) : cfg(c) {
 
 // ----------------------------------------------------------------- sessions
 
-std::optional<Session> make_session(const Lib& lib, int index, const Model& m, const SessionOptions& o,
-                                    Status* status) {
+std::optional<Session> make_session(const Lib& lib, int index, const Model& m,
+                                    const SessionOptions& o, Status* status) {
   Status dummy;
   Status& st = status ? *status : dummy;
   const bool under_test = &lib == &plugin();
   OptionList dev_opts = o.device_options, prep_opts = o.prepare_options;
   if (o.use_settings_options && under_test) {
-    dev_opts.insert(dev_opts.end(), settings().device_options.begin(), settings().device_options.end());
-    prep_opts.insert(prep_opts.end(), settings().prepare_options.begin(), settings().prepare_options.end());
+    dev_opts.insert(dev_opts.end(), settings().device_options.begin(),
+                    settings().device_options.end());
+    prep_opts.insert(prep_opts.end(), settings().prepare_options.begin(),
+                     settings().prepare_options.end());
   }
+  // The CPU plugin serves as the reference through its reference kernels
+  // (prepare option kernels=reference; other plugins ignore unknown keys).
+  if (reference() != nullptr && &lib == reference()) prep_opts.push_back({"kernels", "reference"});
   Session s;
   s.lib = &lib;
   s.vocab = m.cfg.vocab;
@@ -476,8 +505,9 @@ std::optional<Session> make_session(const Lib& lib, int index, const Model& m, c
     // Keyed by content: models come and go at the same addresses.
     const ModelConfig& mc = m.cfg;
     std::string key = mc.family + "|" + dtype_name(mc.dtype) + "|" + std::to_string(mc.seed) + "|" +
-                      std::to_string(mc.vocab) + "|" + std::to_string(mc.heads) + "|" + std::to_string(mc.kv_heads) +
-                      "|" + std::to_string(mc.head_dim) + "|" + std::to_string(mc.flags) + "|" + std::to_string(index);
+                      std::to_string(mc.vocab) + "|" + std::to_string(mc.heads) + "|" +
+                      std::to_string(mc.kv_heads) + "|" + std::to_string(mc.head_dim) + "|" +
+                      std::to_string(mc.flags) + "|" + std::to_string(index);
     for (const auto& [k, v] : comp) key += "|" + k + "=" + v;
     static std::map<std::string, std::string> cache;  // key -> compiled directory
     static const std::string& root = []() -> const std::string& {
@@ -543,7 +573,8 @@ std::optional<Session> make_session(const Lib& lib, int index, const Model& m, c
   const halo_plugin_api* api = lib.api;
   s.exec = ExecPtr(a.executable, [api](halo_executable* e) { api->executable_destroy(e); });
   s.limits = lim;
-  if (lim.block_size <= 0 || lim.max_model_len <= 0 || lim.max_num_seqs <= 0 || lim.max_num_batched_tokens <= 0) {
+  if (lim.block_size <= 0 || lim.max_model_len <= 0 || lim.max_num_seqs <= 0 ||
+      lim.max_num_batched_tokens <= 0) {
     st.code = HALO_STATUS_INTERNAL;
     st.message = "prepare agreed non-positive limits";
     return std::nullopt;
@@ -552,8 +583,9 @@ std::optional<Session> make_session(const Lib& lib, int index, const Model& m, c
   if (blocks == 0) {
     const int per_seq = (std::min(lim.max_model_len, 160) + lim.block_size - 1) / lim.block_size;
     // A static-shape device may hold exactly its compiled batch of sequences.
-    blocks = (s.device_caps & HALO_CAP_STATIC_SHAPES) ? std::min(lim.max_num_seqs, 16) * per_seq
-                                                       : std::min(lim.max_num_seqs, 16) * per_seq * 2 + 4;
+    blocks = (s.device_caps & HALO_CAP_STATIC_SHAPES)
+                 ? std::min(lim.max_num_seqs, 16) * per_seq
+                 : std::min(lim.max_num_seqs, 16) * per_seq * 2 + 4;
   }
   st = new_kv_cache(s, blocks);
   if (!st.ok()) {
@@ -583,7 +615,8 @@ Status run_step(Session& s, const std::vector<Chunk>& batch, std::vector<std::ve
   std::vector<int32_t> tokens, positions, query_start{0}, context_lens, logits_indices;
   std::vector<int64_t> slots;
   int max_blocks = 1;
-  for (const Chunk& c : batch) max_blocks = std::max(max_blocks, (c.seq->cached + c.n_new + bs - 1) / bs);
+  for (const Chunk& c : batch)
+    max_blocks = std::max(max_blocks, (c.seq->cached + c.n_new + bs - 1) / bs);
   max_blocks += extras.extra_blocks_per_seq;
   std::vector<int32_t> tables(batch.size() * static_cast<size_t>(max_blocks), -1);
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -595,12 +628,15 @@ Status run_step(Session& s, const std::vector<Chunk>& batch, std::vector<std::ve
       positions.push_back(idx);
       const int32_t block = q.blocks.at(static_cast<size_t>(idx / bs));
       slots.push_back(int64_t{block} * bs + idx % bs);
-      if (c.all_logits || (c.logits && j == c.n_new - 1)) logits_indices.push_back(static_cast<int32_t>(tokens.size() - 1));
+      if (c.all_logits || (c.logits && j == c.n_new - 1))
+        logits_indices.push_back(static_cast<int32_t>(tokens.size() - 1));
     }
     query_start.push_back(static_cast<int32_t>(tokens.size()));
     context_lens.push_back(q.cached + c.n_new);
     const int need = (q.cached + c.n_new + bs - 1) / bs;
-    for (int j = 0; j < need; ++j) tables[i * static_cast<size_t>(max_blocks) + static_cast<size_t>(j)] = q.blocks.at(static_cast<size_t>(j));
+    for (int j = 0; j < need; ++j)
+      tables[i * static_cast<size_t>(max_blocks) + static_cast<size_t>(j)] =
+          q.blocks.at(static_cast<size_t>(j));
   }
   std::vector<int32_t> order(logits_indices.size());
   std::iota(order.begin(), order.end(), 0);
@@ -638,14 +674,16 @@ Status run_step(Session& s, const std::vector<Chunk>& batch, std::vector<std::ve
     // Back to natural order.
     rows->assign(asked.size(), {});
     for (size_t i = 0; i < order.size(); ++i)
-      (*rows)[static_cast<size_t>(order[i])].assign(out.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(s.vocab)),
-                                                    out.begin() + static_cast<ptrdiff_t>((i + 1) * static_cast<size_t>(s.vocab)));
+      (*rows)[static_cast<size_t>(order[i])].assign(
+          out.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(s.vocab)),
+          out.begin() + static_cast<ptrdiff_t>((i + 1) * static_cast<size_t>(s.vocab)));
   }
   return st;
 }
 
 BlockPool::BlockPool(int num_blocks, uint32_t shuffle_seed) {
-  for (int i = num_blocks - 1; i >= 0; --i) free_.push_back(i);  // take() pops from the back: 0, 1, 2, ...
+  for (int i = num_blocks - 1; i >= 0; --i)
+    free_.push_back(i);  // take() pops from the back: 0, 1, 2, ...
   if (shuffle_seed != 0) {
     std::mt19937 rng(shuffle_seed);
     std::shuffle(free_.begin(), free_.end(), rng);
@@ -686,7 +724,9 @@ WorkloadResult run_workload(Session& s, const Workload& w) {
   r.argmax.resize(n);
   BlockPool pool(s.num_blocks, w.shuffle_seed);
   auto done = [&](size_t i) { return static_cast<int>(r.rows[i].size()) >= w.outputs; };
-  auto prefilling = [&](size_t i) { return seqs[i].cached < static_cast<int>(w.prompts[i].size()); };
+  auto prefilling = [&](size_t i) {
+    return seqs[i].cached < static_cast<int>(w.prompts[i].size());
+  };
   std::vector<size_t> running;  // admitted sequences, at most max_num_seqs
   size_t next = 0;
   for (int guard = 0; guard < 100000; ++guard) {
@@ -727,7 +767,8 @@ WorkloadResult run_workload(Session& s, const Workload& w) {
       budget -= take;
     }
     if (batch.empty()) {
-      r.status = {HALO_STATUS_INTERNAL, "the workload cannot be scheduled within the agreed limits"};
+      r.status = {HALO_STATUS_INTERNAL,
+                  "the workload cannot be scheduled within the agreed limits"};
       return r;
     }
     for (const Chunk& c : batch)
@@ -764,7 +805,8 @@ std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
   return t;
 }
 
-std::vector<std::vector<int32_t>> make_prompts(const Session& s, std::vector<int> lengths, int outputs, uint32_t seed) {
+std::vector<std::vector<int32_t>> make_prompts(const Session& s, std::vector<int> lengths,
+                                               int outputs, uint32_t seed) {
   const int cap = s.limits.max_model_len - outputs;
   const bool chunked = (s.limits.capabilities & HALO_CAP_CHUNKED_PREFILL) != 0;
   std::vector<std::vector<int32_t>> out;
@@ -776,7 +818,8 @@ std::vector<std::vector<int32_t>> make_prompts(const Session& s, std::vector<int
   return out;
 }
 
-std::string compare_rows(const std::vector<float>& got, const std::vector<float>& want, double tol) {
+std::string compare_rows(const std::vector<float>& got, const std::vector<float>& want,
+                         double tol) {
   if (got.size() != want.size()) return "row sizes differ";
   double scale = 1.0, err = 0.0;
   size_t at = 0;
@@ -791,30 +834,33 @@ std::string compare_rows(const std::vector<float>& got, const std::vector<float>
   }
   if (err / scale <= tol) return "";
   std::ostringstream os;
-  os << "max |got - want| / max(1, max|want|) = " << err / scale << " > tolerance " << tol << " (token id " << at
-     << ": got " << got[at] << ", want " << want[at] << ")";
+  os << "max |got - want| / max(1, max|want|) = " << err / scale << " > tolerance " << tol
+     << " (token id " << at << ": got " << got[at] << ", want " << want[at] << ")";
   return os.str();
 }
 
-std::string compare_results(const WorkloadResult& got, const WorkloadResult& want, double tol, bool check_argmax) {
+std::string compare_results(const WorkloadResult& got, const WorkloadResult& want, double tol,
+                            bool check_argmax) {
   if (got.rows.size() != want.rows.size()) return "different numbers of sequences";
   for (size_t i = 0; i < want.rows.size(); ++i) {
     if (got.rows[i].size() != want.rows[i].size())
-      return "sequence " + std::to_string(i) + ": " + std::to_string(got.rows[i].size()) + " logits rows, want " +
-             std::to_string(want.rows[i].size());
+      return "sequence " + std::to_string(i) + ": " + std::to_string(got.rows[i].size()) +
+             " logits rows, want " + std::to_string(want.rows[i].size());
     for (size_t o = 0; o < want.rows[i].size(); ++o) {
       const std::string e = compare_rows(got.rows[i][o], want.rows[i][o], tol);
       if (!e.empty())
         return "sequence " + std::to_string(i) + ", output " + std::to_string(o) + " (context " +
                std::to_string(o) + " tokens past the prompt): " + e;
       if (check_argmax && got.argmax[i][o] != want.argmax[i][o]) {
-        // A near tie is not a failure: the two argmaxes must then be within tolerance of each other.
+        // A near tie is not a failure: the two argmaxes must then be within tolerance of each
+        // other.
         const auto& w = want.rows[i][o];
         const double gap = std::fabs(double{w[static_cast<size_t>(want.argmax[i][o])]} -
                                      double{w[static_cast<size_t>(got.argmax[i][o])]});
         if (gap > tol)
-          return "sequence " + std::to_string(i) + ", output " + std::to_string(o) + ": greedy id " +
-                 std::to_string(got.argmax[i][o]) + ", reference " + std::to_string(want.argmax[i][o]) +
+          return "sequence " + std::to_string(i) + ", output " + std::to_string(o) +
+                 ": greedy id " + std::to_string(got.argmax[i][o]) + ", reference " +
+                 std::to_string(want.argmax[i][o]) +
                  " [contract: greedy ids match the reference plugin]";
       }
     }

@@ -32,6 +32,7 @@ struct Settings {
   std::string tp_option;          // --tp-option KEY: the option selecting the tensor-parallel degree
   std::vector<int> tp_degrees;    // --tp-degrees 1,2,4
   double tolerance = 1e-3;        // --tolerance: max |a-b| / max(1, max |ref|) per logits row
+  std::string model_dtype;        // --model-dtype fp32|bf16|fp16: weights of the generated models ("" = preferred)
 };
 Settings& settings();
 

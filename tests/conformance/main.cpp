@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: halo-conformance --plugin PATH_OR_NAME [options] [gtest flags]
+constexpr const char* kUsage =
+    R"(usage: halo-conformance --plugin PATH_OR_NAME [options] [gtest flags]
 
   --plugin PATH_OR_NAME    the plugin under test: a .so path, or a name NAME looked up as
                            libhalo_plugin_NAME.so in $HALO_PLUGIN_PATH, then <bin>/../lib/halo/plugins
@@ -34,6 +35,8 @@ constexpr const char* kUsage = R"(usage: halo-conformance --plugin PATH_OR_NAME 
   --tp-option KEY          the option (device, prepare and compile) selecting the tensor-parallel degree
   --tp-degrees 1,2,4       degrees to compare with the first (with --tp-option)
   --tolerance X            logits tolerance: max|a-b| / max(1, max|reference|) (default 1e-3)
+  --model-dtype D          weights of the generated models: fp32, bf16 or fp16 (default: the first
+                           the device claims, fp32 before bf16 before fp16)
   --filter PATTERN         run only matching tests (= --gtest_filter)
   --list                   list the tests (= --gtest_list_tests)
 Every other flag goes to GoogleTest (--gtest_repeat, --gtest_output=xml:FILE, ...).
@@ -98,7 +101,9 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    auto is = [&](const char* flag) { return a == flag || a.rfind(std::string(flag) + "=", 0) == 0; };
+    auto is = [&](const char* flag) {
+      return a == flag || a.rfind(std::string(flag) + "=", 0) == 0;
+    };
     if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;
@@ -109,7 +114,9 @@ int main(int argc, char** argv) {
     } else if (is("--reference")) {
       reference_arg = value("--reference");
     } else if (is("--device-option") || is("--prepare-option") || is("--compile-option")) {
-      const char* flag = is("--device-option") ? "--device-option" : is("--prepare-option") ? "--prepare-option" : "--compile-option";
+      const char* flag = is("--device-option")    ? "--device-option"
+                         : is("--prepare-option") ? "--prepare-option"
+                                                  : "--compile-option";
       const std::string kv = value(flag);
       conf::OptionList& into = std::string(flag) == "--device-option"    ? s.device_options
                                : std::string(flag) == "--prepare-option" ? s.prepare_options
@@ -125,6 +132,13 @@ int main(int argc, char** argv) {
       for (std::string d; std::getline(ss, d, ',');) s.tp_degrees.push_back(std::atoi(d.c_str()));
     } else if (is("--tolerance")) {
       s.tolerance = std::atof(value("--tolerance").c_str());
+    } else if (is("--model-dtype")) {
+      s.model_dtype = value("--model-dtype");
+      if (s.model_dtype != "fp32" && s.model_dtype != "bf16" && s.model_dtype != "fp16") {
+        std::cerr << "halo-conformance: --model-dtype " << s.model_dtype
+                  << ": expected fp32, bf16 or fp16\n";
+        return 2;
+      }
     } else if (is("--filter")) {
       pass.push_back("--gtest_filter=" + value("--filter"));
     } else if (a == "--list") {
@@ -153,7 +167,8 @@ int main(int argc, char** argv) {
         return 2;
       }
       s.reference_why = "--reference";
-    } else if (const fs::path beside = fs::path(s.plugin_path).parent_path() / "libhalo_plugin_cpu.so";
+    } else if (const fs::path beside =
+                   fs::path(s.plugin_path).parent_path() / "libhalo_plugin_cpu.so";
                fs::exists(beside)) {
       s.reference_path = fs::weakly_canonical(beside).string();
       s.reference_why = "beside the plugin";
@@ -166,25 +181,34 @@ int main(int argc, char** argv) {
   std::vector<char*> gargv;
   for (auto& p : pass) gargv.push_back(p.data());
   int gargc = static_cast<int>(gargv.size());
-  gargv.push_back(nullptr);  // argv[argc] is NULL: InitGoogleTest shifts it along with the flags it removes
+  gargv.push_back(
+      nullptr);  // argv[argc] is NULL: InitGoogleTest shifts it along with the flags it removes
   testing::InitGoogleTest(&gargc, gargv.data());
   if (!listing) {
     std::cout << "halo-conformance: plugin " << s.plugin_path << "\n";
     const conf::Lib& lib = conf::plugin();
     if (lib.api)
-      std::cout << "halo-conformance: plugin_name '" << (lib.api->plugin_name ? lib.api->plugin_name : "(null)")
-                << "', version '" << (lib.api->plugin_version ? lib.api->plugin_version : "(null)") << "', ABI v"
-                << lib.api->abi_major << "." << lib.api->abi_minor << ", device " << s.device << "\n";
+      std::cout << "halo-conformance: plugin_name '"
+                << (lib.api->plugin_name ? lib.api->plugin_name : "(null)") << "', version '"
+                << (lib.api->plugin_version ? lib.api->plugin_version : "(null)") << "', ABI v"
+                << lib.api->abi_major << "." << lib.api->abi_minor << ", device " << s.device
+                << "\n";
     if (s.reference_path.empty())
       std::cout << "halo-conformance: no CPU reference plugin (" << s.reference_why
                 << "): golden-model tests will be skipped\n";
     else
-      std::cout << "halo-conformance: reference " << s.reference_path << " (" << s.reference_why << ")"
-                << (conf::testing_reference() ? ", the plugin under test itself" : "") << "\n";
-    for (const auto& [k, v] : s.device_options) std::cout << "halo-conformance: device option " << k << "=" << v << "\n";
-    for (const auto& [k, v] : s.prepare_options) std::cout << "halo-conformance: prepare option " << k << "=" << v << "\n";
-    for (const auto& [k, v] : s.compile_options) std::cout << "halo-conformance: compile option " << k << "=" << v << "\n";
-    if (conf::uses_compile()) std::cout << "halo-conformance: models are compiled ahead of time (compile entry, static shapes)\n";
+      std::cout << "halo-conformance: reference " << s.reference_path << " (" << s.reference_why
+                << ")" << (conf::testing_reference() ? ", the plugin under test itself" : "")
+                << "\n";
+    for (const auto& [k, v] : s.device_options)
+      std::cout << "halo-conformance: device option " << k << "=" << v << "\n";
+    for (const auto& [k, v] : s.prepare_options)
+      std::cout << "halo-conformance: prepare option " << k << "=" << v << "\n";
+    for (const auto& [k, v] : s.compile_options)
+      std::cout << "halo-conformance: compile option " << k << "=" << v << "\n";
+    if (conf::uses_compile())
+      std::cout
+          << "halo-conformance: models are compiled ahead of time (compile entry, static shapes)\n";
   }
   return RUN_ALL_TESTS();
 }

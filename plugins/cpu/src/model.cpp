@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string_view>
@@ -45,36 +47,135 @@ void prepare(halo_prepare_args* args) {
   exe->inv_freq.resize(static_cast<size_t>(s.head_dim / 2));
   kernels::rope_inv_freq(rp, static_cast<size_t>(s.head_dim), exe->inv_freq.data());
 
+  // Kernel path and matmul backend.
+  // Prepare option kernels=fast|reference wins over the environment.
+  const char* kenv = std::getenv("HALO_CPU_KERNELS");
+  std::string_view kpath = kenv && *kenv ? kenv : "fast";
+  const char* ksource = "HALO_CPU_KERNELS";
+  for (size_t i = 0; i < args->num_options; ++i) {
+    const halo_option& o = args->options[i];
+    if (o.key == nullptr) invalid("prepare: options[", i, "].key is NULL");
+    if (std::string_view(o.key) == "kernels")
+      kpath = o.value ? o.value : "", ksource = "option kernels";
+  }
+  if (kpath != "fast" && kpath != "reference")
+    invalid("prepare: ", ksource, "=\"", kpath, "\" is not one of fast, reference");
+  exe->fast = kpath == "fast";
+  const char* menv = std::getenv("HALO_CPU_MATMUL");
+  const std::string_view mpath = menv ? menv : "halo";
+  if (mpath != "halo" && mpath != "onednn")
+    invalid("prepare: HALO_CPU_MATMUL=\"", mpath, "\" is not one of halo, onednn");
+#ifdef HALO_HAVE_ONEDNN
+  const bool use_onednn = exe->fast && mpath == "onednn";
+  if (use_onednn && !onednn::available())
+    fail(HALO_STATUS_FAILED_PRECONDITION,
+         "prepare: HALO_CPU_MATMUL=onednn but oneDNN has no bf16 matmul on this CPU");
+  if (use_onednn) onednn::set_num_threads(args->device->threads);
+#else
+  if (mpath == "onednn")
+    fail(HALO_STATUS_FAILED_PRECONDITION,
+         "prepare: HALO_CPU_MATMUL=onednn but this plugin was built without oneDNN");
+  const bool use_onednn = false;
+#endif
+
   // Weights.
   const WeightSet w(args->weights, args->num_weights);
   const int64_t V = s.vocab_size, H = s.hidden_size, I = s.intermediate_size;
   const int64_t NQ = int64_t{s.num_heads} * s.head_dim, NKV = int64_t{s.num_kv_heads} * s.head_dim;
+  size_t n16 = 0, nf16 = 0, nf32 = 0, packed_bytes = 0;
+  // Builds one projection from checkpoint matrices fused along N.
+  auto linear = [&](std::initializer_list<std::pair<std::string, int64_t>> parts, int64_t K,
+                    std::vector<float> bias) {
+    Linear L;
+    L.K = static_cast<size_t>(K);
+    for (const auto& [name, rows] : parts) {
+      const Matrix m = w.get(name, {rows, K});
+      L.parts.push_back({m.data, m.dtype, static_cast<size_t>(rows)});
+      L.N += static_cast<size_t>(rows);
+      (m.dtype == DType::F32   ? nf32
+       : m.dtype == DType::F16 ? nf16
+                               : n16) += static_cast<size_t>(rows * K);
+    }
+    L.bias = std::move(bias);
+    if (!exe->fast) return L;
+    const bool all_f32 =
+        std::all_of(L.parts.begin(), L.parts.end(),
+                    [](const kernels::WeightSource& p) { return p.dtype == DType::F32; });
+    if (use_onednn) {
+#ifdef HALO_HAVE_ONEDNN
+      L.kind = Linear::Kind::kOneDnn;
+      L.dnnl = std::make_unique<onednn::Linear>(L.parts, L.K);
+      packed_bytes += L.dnnl->weight_bytes();
+#endif
+    } else if (all_f32) {
+      L.kind = Linear::Kind::kF32;  // fp32 checkpoints keep fp32 precision
+    } else {
+      L.kind = Linear::Kind::kPackedBf16;
+      L.packed = kernels::PackedWeight::pack(L.parts, L.K);
+      packed_bytes += L.packed.bytes();
+    }
+    return L;
+  };
+  auto cat = [](std::initializer_list<const std::vector<float>*> vs) {
+    std::vector<float> out;
+    for (const auto* v : vs) out.insert(out.end(), v->begin(), v->end());
+    return out;
+  };
   exe->embed = w.get("embed_tokens", {V, H});
   exe->layer.resize(static_cast<size_t>(s.num_layers));
   for (int32_t i = 0; i < s.num_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     halo::cpu::Layer& L = exe->layer[static_cast<size_t>(i)];
     L.attn_norm = w.vec(p + "attn_norm", H);
-    L.q = w.get(p + "q_proj", {NQ, H});
-    L.k = w.get(p + "k_proj", {NKV, H});
-    L.v = w.get(p + "v_proj", {NKV, H});
+    std::vector<float> qkv_bias;
     if (s.flags & HALO_MODEL_QKV_BIAS) {
-      L.q_bias = w.vec(p + "q_bias", NQ);
-      L.k_bias = w.vec(p + "k_bias", NKV);
-      L.v_bias = w.vec(p + "v_bias", NKV);
+      const auto qb = w.vec(p + "q_bias", NQ), kb = w.vec(p + "k_bias", NKV),
+                 vb = w.vec(p + "v_bias", NKV);
+      qkv_bias = cat({&qb, &kb, &vb});
     }
+    L.qkv = linear({{p + "q_proj", NQ}, {p + "k_proj", NKV}, {p + "v_proj", NKV}}, H,
+                   std::move(qkv_bias));
     if (s.flags & HALO_MODEL_QK_NORM) {
       L.q_norm = w.vec(p + "q_norm", s.head_dim);
       L.k_norm = w.vec(p + "k_norm", s.head_dim);
     }
-    L.o = w.get(p + "o_proj", {H, NQ});
+    L.o_proj = linear({{p + "o_proj", H}}, NQ, {});
     L.mlp_norm = w.vec(p + "mlp_norm", H);
-    L.gate = w.get(p + "gate_proj", {I, H});
-    L.up = w.get(p + "up_proj", {I, H});
-    L.down = w.get(p + "down_proj", {H, I});
+    L.gate_up = linear({{p + "gate_proj", I}, {p + "up_proj", I}}, H, {});
+    L.down_proj = linear({{p + "down_proj", H}}, I, {});
   }
   exe->final_norm = w.vec("final_norm", H);
-  exe->lm_head = (s.flags & HALO_MODEL_TIED_EMBEDDINGS) ? exe->embed : w.get("lm_head", {V, H});
+  const bool tied = s.flags & HALO_MODEL_TIED_EMBEDDINGS;
+  exe->lm_head = tied ? exe->embed : w.get("lm_head", {V, H});
+  exe->lm_head_run = linear({{tied ? "embed_tokens" : "lm_head", V}}, H, {});
+
+  // KV cache type: auto is bf16 for 16-bit checkpoints on the fast path, else fp32.
+  const int32_t kv_asked = proposed_kv_dtype(lim);
+  check_kv_dtype("cpu", kv_asked, {HALO_KV_DTYPE_FP32, HALO_KV_DTYPE_BF16});
+  const bool checkpoint16 = n16 + nf16 > nf32;
+  const int32_t kv_agreed = kv_asked != HALO_KV_DTYPE_AUTO ? kv_asked
+                            : exe->fast && checkpoint16    ? HALO_KV_DTYPE_BF16
+                                                           : HALO_KV_DTYPE_FP32;
+  exe->kv_dtype = kv_agreed == HALO_KV_DTYPE_BF16 ? DType::BF16 : DType::F32;
+
+  // One line on what runs, since the choice changes speed and numerics.
+  if (exe->fast) {
+    std::fprintf(stderr,
+                 "halo cpu: fast kernels (%s matmul%s), %zu threads; weights: %.0f MB bf16%s%s "
+                 "packed into %.0f MB; "
+                 "fp32 weights %s; KV cache %s\n",
+                 use_onednn ? "oneDNN bf16"
+                            : (kernels::cpu_has_avx512_bf16() ? "avx512-bf16" : "portable bf16"),
+                 use_onednn ? "" : " GEMM", static_cast<size_t>(args->device->threads),
+                 2e-6 * double(n16), nf16 ? ", fp16 converted to bf16 at load" : "", "",
+                 1e-6 * double(packed_bytes), nf32 ? "kept in fp32 (exact, slower)" : "none",
+                 kv_dtype_name(kv_agreed));
+  } else {
+    std::fprintf(
+        stderr,
+        "halo cpu: reference kernels (HALO_CPU_KERNELS=reference), fp32 compute; KV cache %s\n",
+        kv_dtype_name(kv_agreed));
+  }
 
   // Limits.
   auto nonneg = [](const char* name, int32_t v) {
@@ -86,11 +187,12 @@ void prepare(halo_prepare_args* args) {
   nonneg("block_size", lim->block_size);
   exe->max_num_seqs = lim->max_num_seqs ? lim->max_num_seqs : 256;
   exe->max_model_len = lim->max_model_len ? lim->max_model_len : s.max_position_embeddings;
-  exe->max_num_batched_tokens =
-      lim->max_num_batched_tokens ? lim->max_num_batched_tokens : std::max(2048, exe->max_model_len);
+  exe->max_num_batched_tokens = lim->max_num_batched_tokens ? lim->max_num_batched_tokens
+                                                            : std::max(2048, exe->max_model_len);
   exe->block_size = lim->block_size ? lim->block_size : 16;
-  exe->kv_bytes_per_block = 2ull * static_cast<uint64_t>(s.num_layers) * static_cast<uint64_t>(exe->block_size) *
-                            static_cast<uint64_t>(NKV) * sizeof(float);
+  exe->kv_bytes_per_block = 2ull * static_cast<uint64_t>(s.num_layers) *
+                            static_cast<uint64_t>(exe->block_size) * static_cast<uint64_t>(NKV) *
+                            kernels::dtype_size(exe->kv_dtype);
   const uint64_t avail = memory_available();
   const uint64_t margin = std::max<uint64_t>(avail / 10, 256ull << 20);
 
@@ -101,6 +203,7 @@ void prepare(halo_prepare_args* args) {
   lim->capabilities = HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH;
   lim->kv_bytes_per_block = exe->kv_bytes_per_block;
   lim->kv_memory_available = avail > margin ? avail - margin : 0;
+  set_kv_dtype(lim, kv_agreed);
   args->executable = exe.release();
 }
 
@@ -108,30 +211,33 @@ void kv_cache_create(halo_kv_cache_create_args* args) {
   check_args("kv_cache_create", args, "kv_cache_create: args");
   const halo_executable* exe = args->executable;
   if (exe == nullptr) invalid("kv_cache_create: executable is NULL");
-  if (args->num_blocks <= 0) invalid("kv_cache_create: num_blocks=", args->num_blocks, " must be positive");
+  if (args->num_blocks <= 0)
+    invalid("kv_cache_create: num_blocks=", args->num_blocks, " must be positive");
   if (args->block_size != exe->block_size)
-    invalid("kv_cache_create: block_size=", args->block_size, " does not match the prepared block_size=",
-            exe->block_size);
-  const size_t block_floats =
-      static_cast<size_t>(exe->block_size) * static_cast<size_t>(exe->kv_heads) * static_cast<size_t>(exe->head_dim);
+    invalid("kv_cache_create: block_size=", args->block_size,
+            " does not match the prepared block_size=", exe->block_size);
+  const size_t block_bytes =
+      static_cast<size_t>(exe->block_size) * static_cast<size_t>(exe->kv_heads) *
+      static_cast<size_t>(exe->head_dim) * kernels::dtype_size(exe->kv_dtype);
   const uint64_t total = exe->kv_bytes_per_block * static_cast<uint64_t>(args->num_blocks);
   const uint64_t phys = host_info().memory_total;
   if (phys > 0 && total > phys)
-    fail(HALO_STATUS_OUT_OF_MEMORY, "kv_cache_create: num_blocks=", args->num_blocks, " needs ", total,
-         " bytes, more than the host's ", phys, " bytes of memory");
+    fail(HALO_STATUS_OUT_OF_MEMORY, "kv_cache_create: num_blocks=", args->num_blocks, " needs ",
+         total, " bytes, more than the host's ", phys, " bytes of memory");
   auto kv = std::make_unique<halo_kv_cache>();
   kv->owner = exe;
   kv->num_blocks = args->num_blocks;
   kv->block_size = exe->block_size;
-  kv->block_floats = block_floats;
-  const size_t n = block_floats * static_cast<size_t>(args->num_blocks);
+  kv->dtype = exe->kv_dtype;
+  kv->block_bytes = block_bytes;
+  const size_t n = block_bytes * static_cast<size_t>(args->num_blocks);
   for (int32_t l = 0; l < exe->layers; ++l) {
     for (auto* vec : {&kv->k, &kv->v}) {
       // calloc: zeroed pages are mapped lazily, so a large cache costs nothing until used.
-      FloatArray a(static_cast<float*>(std::calloc(n, sizeof(float))));
+      ByteArray a(static_cast<char*>(std::calloc(n, 1)));
       if (!a)
-        fail(HALO_STATUS_OUT_OF_MEMORY, "kv_cache_create: cannot allocate ", n * sizeof(float),
-             " bytes for layer ", l, " (num_blocks=", args->num_blocks, ")");
+        fail(HALO_STATUS_OUT_OF_MEMORY, "kv_cache_create: cannot allocate ", n, " bytes for layer ",
+             l, " (num_blocks=", args->num_blocks, ")");
       vec->push_back(std::move(a));
     }
   }
@@ -142,36 +248,31 @@ void kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* args) {
   check_args("kv_cache_copy_blocks", args, "kv_cache_copy_blocks: args");
   halo_kv_cache* kv = args->kv_cache;
   if (kv == nullptr) invalid("kv_cache_copy_blocks: kv_cache is NULL");
-  if (args->num_pairs < 0) invalid("kv_cache_copy_blocks: num_pairs=", args->num_pairs, " is negative");
+  if (args->num_pairs < 0)
+    invalid("kv_cache_copy_blocks: num_pairs=", args->num_pairs, " is negative");
   if (args->num_pairs == 0) return;
   if (args->src_blocks == nullptr || args->dst_blocks == nullptr)
-    invalid("kv_cache_copy_blocks: src_blocks or dst_blocks is NULL with num_pairs=", args->num_pairs);
+    invalid("kv_cache_copy_blocks: src_blocks or dst_blocks is NULL with num_pairs=",
+            args->num_pairs);
   for (int32_t i = 0; i < args->num_pairs; ++i) {
-    for (const auto& [name, arr] : {std::pair{"src_blocks", args->src_blocks}, {"dst_blocks", args->dst_blocks}}) {
+    for (const auto& [name, arr] :
+         {std::pair{"src_blocks", args->src_blocks}, {"dst_blocks", args->dst_blocks}}) {
       if (arr[i] < 0 || arr[i] >= kv->num_blocks)
-        out_of_range("kv_cache_copy_blocks: ", name, "[", i, "]=", arr[i], " is outside [0, ", kv->num_blocks, ")");
+        out_of_range("kv_cache_copy_blocks: ", name, "[", i, "]=", arr[i], " is outside [0, ",
+                     kv->num_blocks, ")");
     }
   }
-  const size_t bf = kv->block_floats;
+  const size_t bb = kv->block_bytes;
   for (size_t l = 0; l < kv->k.size(); ++l) {
-    for (float* base : {kv->k[l].get(), kv->v[l].get()}) {
+    for (char* base : {kv->k[l].get(), kv->v[l].get()}) {
       for (int32_t i = 0; i < args->num_pairs; ++i) {
         if (args->src_blocks[i] == args->dst_blocks[i]) continue;
-        std::memcpy(base + static_cast<size_t>(args->dst_blocks[i]) * bf,
-                    base + static_cast<size_t>(args->src_blocks[i]) * bf, bf * sizeof(float));
+        std::memcpy(base + static_cast<size_t>(args->dst_blocks[i]) * bb,
+                    base + static_cast<size_t>(args->src_blocks[i]) * bb, bb);
       }
     }
   }
 }
-
-namespace {
-
-template <class T>
-void grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
-}  // namespace
 
 void execute(halo_execute_args* a) {
   check_args("execute", a, "execute: args");
@@ -180,119 +281,16 @@ void execute(halo_execute_args* a) {
   if (exe == nullptr) invalid("execute: executable is NULL");
   if (kv == nullptr) invalid("execute: kv_cache is NULL");
   if (kv->owner != exe) invalid("execute: kv_cache was created for a different executable");
-  const ExecLimits lim{exe->vocab, exe->max_num_seqs, exe->max_model_len, exe->max_num_batched_tokens,
-                       exe->block_size};
+  const ExecLimits lim{exe->vocab, exe->max_num_seqs, exe->max_model_len,
+                       exe->max_num_batched_tokens, exe->block_size};
   const KvLimits kvl{kv->num_blocks, kv->block_size};
   validate_execute(a, &lim, &kvl);
 
   std::lock_guard<std::mutex> lock(exe->device->exec_mu);
-  kernels::ThreadPool& pool = exe->device->pool;
-  const size_t T = static_cast<size_t>(a->num_tokens);
-  const size_t H = static_cast<size_t>(exe->hidden), I = static_cast<size_t>(exe->inter);
-  const size_t hd = static_cast<size_t>(exe->head_dim), half = hd / 2;
-  const size_t nh = static_cast<size_t>(exe->heads), nkv = static_cast<size_t>(exe->kv_heads);
-  const size_t group = nh / nkv;
-  const size_t NQ = nh * hd, NKV = nkv * hd;
-  const size_t L = static_cast<size_t>(a->num_logits);
-  const float eps = exe->eps;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-
-  auto& sc = exe->scratch;
-  grow(sc.x, T * H);
-  grow(sc.h, T * H);
-  grow(sc.tmp, T * H);
-  grow(sc.q, T * NQ);
-  grow(sc.attn, T * NQ);
-  grow(sc.k, T * NKV);
-  grow(sc.v, T * NKV);
-  grow(sc.gate, T * I);
-  grow(sc.up, T * I);
-  grow(sc.cos, T * half);
-  grow(sc.sin, T * half);
-  grow(sc.final_rows, std::max<size_t>(L, 1) * H);
-  grow(sc.tok_seq, T);
-  grow(sc.tok_ctx, T);
-  float *x = sc.x.data(), *h = sc.h.data(), *tmp = sc.tmp.data(), *q = sc.q.data(), *attn = sc.attn.data();
-  float *k = sc.k.data(), *v = sc.v.data(), *gate = sc.gate.data(), *up = sc.up.data();
-  float *cs = sc.cos.data(), *sn = sc.sin.data();
-
-  // Sequence of each token and how many sequence indices it attends to.
-  for (int32_t s = 0; s < a->num_seqs; ++s) {
-    const int32_t b = a->query_start[s], e = a->query_start[s + 1];
-    for (int32_t t = b; t < e; ++t) {
-      sc.tok_seq[static_cast<size_t>(t)] = s;
-      sc.tok_ctx[static_cast<size_t>(t)] = a->context_lens[s] - (e - b) + (t - b) + 1;
-    }
-  }
-
-  const size_t esz = kernels::dtype_size(exe->embed.dtype);
-  pool.parallel_for(T, [&](size_t t, int) {
-    kernels::to_f32(static_cast<const char*>(exe->embed.data) + static_cast<size_t>(a->token_ids[t]) * H * esz,
-                    exe->embed.dtype, x + t * H, H);
-    kernels::rope_cos_sin(a->positions[t], exe->inv_freq.data(), half, cs + t * half, sn + t * half);
-  });
-
-  const bool qk_norm = exe->flags & HALO_MODEL_QK_NORM;
-  for (size_t l = 0; l < exe->layer.size(); ++l) {
-    const halo::cpu::Layer& W = exe->layer[l];
-    float* kc = kv->k[l].get();
-    float* vc = kv->v[l].get();
-    pool.parallel_for(T, [&](size_t t, int) { kernels::rmsnorm(x + t * H, W.attn_norm.data(), H, eps, h + t * H); });
-    const float* qb = W.q_bias.empty() ? nullptr : W.q_bias.data();
-    const float* kb = W.k_bias.empty() ? nullptr : W.k_bias.data();
-    const float* vb = W.v_bias.empty() ? nullptr : W.v_bias.data();
-    kernels::matmul_nt(pool, h, T, H, W.q.data, W.q.dtype, NQ, qb, q);
-    kernels::matmul_nt(pool, h, T, H, W.k.data, W.k.dtype, NKV, kb, k);
-    kernels::matmul_nt(pool, h, T, H, W.v.data, W.v.dtype, NKV, vb, v);
-    pool.parallel_for(T, [&](size_t t, int) {
-      float* qt = q + t * NQ;
-      float* kt = k + t * NKV;
-      if (qk_norm) {
-        for (size_t i = 0; i < nh; ++i) kernels::rmsnorm(qt + i * hd, W.q_norm.data(), hd, eps, qt + i * hd);
-        for (size_t i = 0; i < nkv; ++i) kernels::rmsnorm(kt + i * hd, W.k_norm.data(), hd, eps, kt + i * hd);
-      }
-      kernels::rope_neox(qt, nh, hd, cs + t * half, sn + t * half);
-      kernels::rope_neox(kt, nkv, hd, cs + t * half, sn + t * half);
-      const int64_t slot = a->slot_mapping[t];
-      if (slot >= 0) {
-        std::memcpy(kc + static_cast<size_t>(slot) * NKV, kt, NKV * sizeof(float));
-        std::memcpy(vc + static_cast<size_t>(slot) * NKV, v + t * NKV, NKV * sizeof(float));
-      }
-    });
-    const kernels::PagedKV pkv{kc, vc, exe->block_size, exe->kv_heads, exe->head_dim};
-    pool.parallel_for(T * nkv, [&](size_t task, int worker) {
-      const size_t t = task / nkv, g = task % nkv;
-      const int32_t s = sc.tok_seq[t];
-      const int32_t n_ctx = sc.tok_ctx[t];
-      float* scores = pool.scratch(worker, 1, static_cast<size_t>(n_ctx));
-      const int32_t* bt = a->block_tables + static_cast<size_t>(s) * static_cast<size_t>(a->max_blocks_per_seq);
-      kernels::paged_attention(q + t * NQ + g * group * hd, group, pkv, static_cast<int32_t>(g), bt, n_ctx, scale,
-                               scores, attn + t * NQ + g * group * hd);
-    });
-    kernels::matmul_nt(pool, attn, T, NQ, W.o.data, W.o.dtype, H, nullptr, tmp);
-    pool.parallel_for(T, [&](size_t t, int) {
-      kernels::add_inplace(x + t * H, tmp + t * H, H);
-      kernels::rmsnorm(x + t * H, W.mlp_norm.data(), H, eps, h + t * H);
-    });
-    kernels::matmul_nt(pool, h, T, H, W.gate.data, W.gate.dtype, I, nullptr, gate);
-    kernels::matmul_nt(pool, h, T, H, W.up.data, W.up.dtype, I, nullptr, up);
-    pool.parallel_for(T, [&](size_t t, int) {
-      if (exe->activation == HALO_ACTIVATION_GELU_TANH)
-        kernels::gelu_tanh_mul(gate + t * I, up + t * I, gate + t * I, I);
-      else
-        kernels::silu_mul(gate + t * I, up + t * I, gate + t * I, I);
-    });
-    kernels::matmul_nt(pool, gate, T, I, W.down.data, W.down.dtype, H, nullptr, tmp);
-    pool.parallel_for(T, [&](size_t t, int) { kernels::add_inplace(x + t * H, tmp + t * H, H); });
-  }
-
-  if (L == 0) return;
-  float* fr = sc.final_rows.data();
-  for (size_t i = 0; i < L; ++i)
-    kernels::rmsnorm(x + static_cast<size_t>(a->logits_indices[i]) * H, exe->final_norm.data(), H, eps, fr + i * H);
-  float* out = static_cast<float*>(static_cast<void*>(static_cast<char*>(a->logits->data) + a->logits->byte_offset));
-  kernels::matmul_nt(pool, fr, L, H, exe->lm_head.data, exe->lm_head.dtype, static_cast<size_t>(exe->vocab), nullptr,
-                     out);
+  if (exe->fast)
+    forward_fast(*exe, *kv, *a);
+  else
+    forward_reference(*exe, *kv, *a);
 }
 
 }  // namespace halo::cpu

@@ -1,8 +1,18 @@
 // The CPU plugin's objects behind the opaque ABI handles.
 //
-// KV cache layout (fp32): for every layer one K and one V array of
-// [num_blocks, block_size, kv_heads, head_dim], so flat slot
-// s = block * block_size + offset starts at element s * kv_heads * head_dim.
+// Two kernel paths, chosen at prepare (HALO_CPU_KERNELS=fast|reference):
+//  - fast (default): bf16 weights pre-packed for the vdpbf16ps GEMM (fp16
+//    converted to bf16 at load; fp32 kept fp32), q/k/v and gate/up fused into
+//    one matmul each, vectorized paged attention with online softmax, fused
+//    residual+RMSNorm. Activations are rounded to bf16 at each matmul input.
+//  - reference: fp32 activations, weights read in place and converted in
+//    registers, scalar two-pass attention: the numerical reference.
+// Both are batch invariant: a row's result does not depend on its batch.
+//
+// KV cache layout: for every layer one K and one V array of
+// [num_blocks, block_size, kv_heads, head_dim] elements of kv_dtype (fp32 or
+// bf16), so flat slot s = block * block_size + offset starts at element
+// s * kv_heads * head_dim.
 //
 // Thread-safety: a device owns one thread pool; execute() calls on
 // executables of the same device are serialized by a device mutex, so
@@ -18,8 +28,13 @@
 #include <vector>
 
 #include "halo/device_abi.h"
-#include "halo/plugin_support/validate.h"
+#include "halo/kernels/attention.h"
+#include "halo/kernels/gemm_bf16.h"
 #include "halo/kernels/kernels.h"
+#include "halo/plugin_support/validate.h"
+#ifdef HALO_HAVE_ONEDNN
+#include "halo/onednn/onednn.h"
+#endif
 
 namespace halo::cpu {
 
@@ -31,17 +46,37 @@ struct DeviceState {
 
 using Matrix = halo::plugin::Matrix;  // a host weight as given to prepare
 
+// One projection, possibly several checkpoint matrices fused along N (q|k|v,
+// gate|up). The reference path reads `parts` in place; the fast path runs
+// `packed` (16-bit weights), `parts` with fp32 activations (fp32 weights), or
+// oneDNN (HALO_CPU_MATMUL=onednn).
+struct Linear {
+  std::vector<kernels::WeightSource> parts;  // rows of each, in output-column order
+  size_t N = 0, K = 0;
+  enum class Kind { kReference, kPackedBf16, kF32, kOneDnn } kind = Kind::kReference;
+  kernels::PackedWeight packed;
+#ifdef HALO_HAVE_ONEDNN
+  std::unique_ptr<onednn::Linear> dnnl;
+#endif
+  std::vector<float> bias;  // [N] or empty
+};
+
 struct Layer {
-  Matrix q, k, v, o, gate, up, down;
+  Linear qkv, o_proj, gate_up, down_proj;  // as run
   std::vector<float> attn_norm, mlp_norm;  // fp32 copies of the small vectors
-  std::vector<float> q_bias, k_bias, v_bias;
   std::vector<float> q_norm, k_norm;
 };
 
-struct FreeDeleter {
-  void operator()(float* p) const noexcept { std::free(p); }
+// Attention work item of one step: a chunk [q0, q1) of one sequence's query
+// tokens against one kv head.
+struct AttnItem {
+  int32_t seq, head, q0, q1;
 };
-using FloatArray = std::unique_ptr<float, FreeDeleter>;
+
+struct FreeDeleter {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+using ByteArray = std::unique_ptr<char, FreeDeleter>;
 
 }  // namespace halo::cpu
 
@@ -63,14 +98,19 @@ struct halo_executable {
   // Agreed limits.
   int32_t max_num_seqs = 0, max_model_len = 0, max_num_batched_tokens = 0, block_size = 0;
   uint64_t kv_bytes_per_block = 0;
-  // Weights, used in place.
+  bool fast = true;  // kernel path (see the top of this file)
+  halo::kernels::DType kv_dtype = halo::kernels::DType::F32;
+  // Weights, used in place (reference) or packed (fast).
   halo::cpu::Matrix embed, lm_head;
+  halo::cpu::Linear lm_head_run;
   std::vector<halo::cpu::Layer> layer;
   std::vector<float> final_norm;
   // Step scratch, grown on demand and reused.
   struct Scratch {
-    std::vector<float> x, h, q, k, v, attn, tmp, gate, up, cos, sin, final_rows;
+    std::vector<float> x, h, q, k, v, attn, tmp, gate, up, cos, sin, final_rows, qkv, gu;
     std::vector<int32_t> tok_seq, tok_ctx;
+    halo::kernels::GemmScratch gemm;
+    std::vector<halo::cpu::AttnItem> attn_items;
   } scratch;
 };
 
@@ -78,8 +118,9 @@ struct halo_kv_cache {
   const halo_executable* owner = nullptr;
   int32_t num_blocks = 0;
   int32_t block_size = 0;
-  size_t block_floats = 0;  // floats of one block of one layer (K or V)
-  std::vector<halo::cpu::FloatArray> k, v;  // [layers]
+  halo::kernels::DType dtype = halo::kernels::DType::F32;
+  size_t block_bytes = 0;                  // bytes of one block of one layer (K or V)
+  std::vector<halo::cpu::ByteArray> k, v;  // [layers]
 };
 
 struct halo_buffer {
@@ -94,5 +135,8 @@ void prepare(halo_prepare_args* args);
 void kv_cache_create(halo_kv_cache_create_args* args);
 void kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* args);
 void execute(halo_execute_args* args);
+// The forward pass of one validated step (forward.cpp).
+void forward_reference(halo_executable& exe, const halo_kv_cache& kv, const halo_execute_args& a);
+void forward_fast(halo_executable& exe, const halo_kv_cache& kv, const halo_execute_args& a);
 
 }  // namespace halo::cpu
