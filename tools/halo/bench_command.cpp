@@ -303,6 +303,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--output-json", o->output_json, "Write the results as JSON to this file");
   add_engine_options(*cmd, o->engine);
   cmd->callback([o] { run_throughput(*o); });
+  add_bench_latency_command(*bench);
 }
 
 }  // namespace halo::tools

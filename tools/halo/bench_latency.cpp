@@ -1,0 +1,962 @@
+// `halo bench latency`: per-step prefill and decode timing of one device at a
+// few batch sizes, each figure beside the host roofline (read bandwidth and
+// bf16 matmul peak) measured by this tool in the same run.
+//
+// It drives the plugin ABI directly (no scheduler, no sampler), so a timed
+// interval is exactly the execute calls of the step it names. The model is a
+// Hugging Face directory or a generated one kept in memory (random weights of
+// a preset shape), so a 1.1B-parameter model needs no download.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+
+#include "commands.h"
+#include "common/error.h"
+#include "device/plugin.h"
+#include "model/model_loader.h"
+#include "roofline.h"
+
+#ifdef HALO_HAVE_ONEDNN
+#include "halo/onednn/onednn.h"
+#endif
+
+namespace halo::tools {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct LatencyOptions {
+  std::string model_dir;
+  std::string preset;  // empty: tinyllama-1.1b unless --model is given
+  int hidden = 0, layers = 0, heads = 0, kv_heads = 0, intermediate = 0, vocab = 0;
+  std::string dtype;  // empty: the preset's (bf16)
+  std::string batch_sizes = "1,4,16,64";
+  int input_len = 512;
+  int output_len = 16;
+  int warmup = 2;
+  int64_t max_prefill_tokens = 8192;
+  double roofline_budget = 1.0;
+  int roofline_buffer_mib = 1024;
+  std::string output_json;
+  engine::EngineConfig engine;
+};
+
+// ---------------------------------------------------------------- the model
+
+struct Shape {
+  int vocab, hidden, intermediate, layers, heads, kv_heads;
+};
+
+const std::vector<std::pair<std::string, Shape>>& presets() {
+  static const std::vector<std::pair<std::string, Shape>> p = {
+      {"tinyllama-1.1b", {32000, 2048, 5632, 22, 32, 4}},
+      {"tiny", {256, 64, 128, 2, 4, 2}},
+  };
+  return p;
+}
+
+struct DType {
+  const char* name;
+  DLDataType dl;
+};
+DType parse_dtype(const std::string& s) {
+  if (s == "bf16" || s == "bfloat16") return {"bf16", {kDLBfloat, 16, 1}};
+  if (s == "fp16" || s == "float16") return {"fp16", {kDLFloat, 16, 1}};
+  if (s == "fp32" || s == "float32") return {"fp32", {kDLFloat, 32, 1}};
+  throw Error(fmt::format("--dtype {}: expected bf16, fp16 or fp32", s));
+}
+
+std::string dtype_name(DLDataType d) {
+  if (d.code == kDLBfloat && d.bits == 16) return "bf16";
+  if (d.code == kDLFloat && d.bits == 16) return "fp16";
+  if (d.code == kDLFloat && d.bits == 32) return "fp32";
+  return fmt::format("code{}x{}", static_cast<int>(d.code), static_cast<int>(d.bits));
+}
+
+uint64_t numel(const DLTensor& t) {
+  uint64_t n = 1;
+  for (int d = 0; d < t.ndim; ++d) n *= static_cast<uint64_t>(t.shape[d]);
+  return n;
+}
+
+// A Llama-shaped model with random weights, all in one host allocation.
+struct GeneratedModel {
+  std::string architecture = "LlamaForCausalLM";
+  std::vector<std::string> names;
+  std::vector<std::array<int64_t, 2>> shapes;
+  std::vector<DLTensor> tensors;
+  std::vector<halo_named_tensor> weights;
+  void* memory = nullptr;
+  size_t memory_bytes = 0;
+  ~GeneratedModel() {
+    if (memory) munmap(memory, memory_bytes);
+  }
+};
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HALO_FILL_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define HALO_FILL_CLONES
+#endif
+
+inline uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Uniform values of standard deviation 0.02 (|x| < 0.035), four per 64-bit
+// hash of (key, group of four): counter based, so the weights do not depend
+// on how the work is split between threads.
+HALO_FILL_CLONES void random_floats(float* out, uint64_t first_group, size_t groups, uint64_t key) {
+  const float scale = static_cast<float>(0.02 * 1.7320508075688772 / 32768.0);
+  for (size_t g = 0; g < groups; ++g) {
+    const uint64_t h = mix64(key + (first_group + g) * 0x9E3779B97F4A7C15ull);
+    for (int k = 0; k < 4; ++k)
+      out[4 * g + k] =
+          (static_cast<float>(static_cast<int32_t>((h >> (16 * k)) & 0xFFFF)) - 32768.0f) * scale;
+  }
+}
+
+HALO_FILL_CLONES void store_bf16(const float* in, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {  // round to nearest even (the values are finite)
+    const uint32_t b = std::bit_cast<uint32_t>(in[i]);
+    out[i] = static_cast<uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+  }
+}
+
+HALO_FILL_CLONES void store_fp16(const float* in, _Float16* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<_Float16>(in[i]);
+}
+
+// Elements [begin, end) of a tensor (begin a multiple of 4): random, or 1.0.
+void fill_range(const DLTensor& t, uint64_t begin, uint64_t end, bool ones, uint64_t key) {
+  constexpr size_t kBlock = 4096;
+  alignas(64) float tmp[kBlock];
+  char* base = static_cast<char*>(t.data);
+  for (uint64_t b = begin; b < end; b += kBlock) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, end - b));
+    if (ones)
+      std::fill(tmp, tmp + n, 1.0f);
+    else
+      random_floats(tmp, b / 4, (n + 3) / 4, key);
+    if (t.dtype.bits == 32)
+      std::memcpy(base + b * 4, tmp, n * 4);
+    else if (t.dtype.code == kDLBfloat)
+      store_bf16(tmp, reinterpret_cast<uint16_t*>(base) + b, n);
+    else
+      store_fp16(tmp, reinterpret_cast<_Float16*>(base) + b, n);
+  }
+}
+
+std::shared_ptr<GeneratedModel> generate_model(const Shape& s, const DType& dt, uint64_t seed,
+                                               int threads, halo_model_spec& spec,
+                                               int max_position) {
+  auto m = std::make_shared<GeneratedModel>();
+  const int64_t V = s.vocab, H = s.hidden, I = s.intermediate;
+  const int64_t hd = H / s.heads, NQ = s.heads * hd, NKV = s.kv_heads * hd;
+  auto add = [&](std::string name, int64_t rows, int64_t cols) {
+    m->names.push_back(std::move(name));
+    m->shapes.push_back({rows, cols});
+  };
+  add("embed_tokens", V, H);
+  for (int i = 0; i < s.layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    add(p + "attn_norm", H, 0);
+    add(p + "q_proj", NQ, H);
+    add(p + "k_proj", NKV, H);
+    add(p + "v_proj", NKV, H);
+    add(p + "o_proj", H, NQ);
+    add(p + "mlp_norm", H, 0);
+    add(p + "gate_proj", I, H);
+    add(p + "up_proj", I, H);
+    add(p + "down_proj", H, I);
+  }
+  add("final_norm", H, 0);
+  add("lm_head", V, H);
+
+  const size_t esize = dt.dl.bits / 8;
+  std::vector<uint64_t> offset(m->names.size());
+  uint64_t total = 0;  // bytes, every tensor 64-byte aligned
+  for (size_t i = 0; i < m->names.size(); ++i) {
+    offset[i] = total;
+    const uint64_t n = static_cast<uint64_t>(m->shapes[i][0]) *
+                       static_cast<uint64_t>(std::max<int64_t>(1, m->shapes[i][1]));
+    total += (n * esize + 63) / 64 * 64;
+  }
+  // Pre-faulted in one call: a first touch page by page costs seconds for
+  // 2 GiB (and far more in some VMs).
+  total = std::max<uint64_t>(4096, total);
+  void* mem = mmap(nullptr, total, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (mem == MAP_FAILED)
+    throw Error(
+        fmt::format("cannot allocate {:.2f} GiB for the generated weights", total / 1073741824.0));
+  m->memory = mem;
+  m->memory_bytes = total;
+  m->tensors.resize(m->names.size());
+  for (size_t i = 0; i < m->names.size(); ++i) {
+    DLTensor& t = m->tensors[i];
+    t.data = static_cast<char*>(m->memory) + offset[i];
+    t.device = {kDLCPU, 0};
+    t.ndim = m->shapes[i][1] > 0 ? 2 : 1;
+    t.dtype = dt.dl;
+    t.shape = m->shapes[i].data();
+    t.strides = nullptr;
+    t.byte_offset = 0;
+    m->weights.push_back({m->names[i].c_str(), &t});
+  }
+
+  // Work items of at most 4M elements, each with its own seed, taken by the
+  // threads from a counter: the values do not depend on the thread count.
+  struct Item {
+    size_t tensor;
+    uint64_t begin, end;
+  };
+  std::vector<Item> items;
+  const uint64_t chunk = 1u << 22;
+  for (size_t i = 0; i < m->tensors.size(); ++i)
+    for (uint64_t b = 0, n = numel(m->tensors[i]); b < n; b += chunk)
+      items.push_back({i, b, std::min(n, b + chunk)});
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < items.size();) {
+      const Item& it = items[k];
+      const DLTensor& t = m->tensors[it.tensor];
+      const bool ones = t.ndim == 1;  // norm weights
+      fill_range(t, it.begin, it.end, ones, mix64(seed * 0x9E3779B97F4A7C15ull + it.tensor + 1));
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+
+  spec = halo_model_spec{};
+  spec.struct_size = sizeof(spec);
+  spec.architecture = m->architecture.c_str();
+  spec.vocab_size = s.vocab;
+  spec.hidden_size = s.hidden;
+  spec.intermediate_size = s.intermediate;
+  spec.num_layers = s.layers;
+  spec.num_heads = s.heads;
+  spec.num_kv_heads = s.kv_heads;
+  spec.head_dim = static_cast<int32_t>(hd);
+  spec.max_position_embeddings = max_position;
+  spec.rms_norm_eps = 1e-5f;
+  spec.rope_theta = 10000.0f;
+  spec.rope_scaling = HALO_ROPE_SCALING_NONE;
+  spec.activation = HALO_ACTIVATION_SILU;
+  spec.flags = 0;
+  return m;
+}
+
+struct BenchModel {
+  std::string description;
+  halo_model_spec spec{};
+  std::vector<halo_named_tensor> weights;
+  std::shared_ptr<const void> keepalive;  // owner of the spec strings and weight memory
+  std::string weight_dtype;               // "bf16", ... or "mixed"
+  size_t compiled_elem_bytes = 2;         // for a compiled model (no weights here)
+};
+
+BenchModel make_model(const LatencyOptions& o, int threads) {
+  BenchModel bm;
+  const bool overrides = o.hidden || o.layers || o.heads || o.kv_heads || o.intermediate ||
+                         o.vocab || !o.dtype.empty();
+  if (!o.model_dir.empty()) {
+    if (!o.preset.empty()) throw Error("--model and --preset exclude each other");
+    if (overrides)
+      throw Error(
+          "--hidden/--layers/--heads/--kv-heads/--intermediate/--vocab/--dtype shape a generated "
+          "model "
+          "(--preset), not --model");
+    auto model = std::make_shared<model::LoadedModel>(model::LoadedModel::load(o.model_dir));
+    bm.spec = model->config().spec;
+    bm.weights.assign(model->weights().begin(), model->weights().end());
+    bm.description = o.model_dir;
+    std::string td = model->config().torch_dtype;
+    bm.compiled_elem_bytes = td == "float32" ? 4 : 2;
+    bm.keepalive = model;
+  } else {
+    const std::string name = o.preset.empty() ? "tinyllama-1.1b" : o.preset;
+    Shape s{};
+    bool found = false;
+    for (const auto& [n, sh] : presets())
+      if (n == name) s = sh, found = true;
+    if (!found)
+      throw Error(fmt::format("--preset {}: unknown preset; choose tinyllama-1.1b or tiny", name));
+    auto over = [](const char* flag, int v, int& field) {
+      if (v < 0) throw Error(fmt::format("{}={} must be positive", flag, v));
+      if (v > 0) field = v;
+    };
+    over("--hidden", o.hidden, s.hidden);
+    over("--layers", o.layers, s.layers);
+    over("--heads", o.heads, s.heads);
+    over("--kv-heads", o.kv_heads, s.kv_heads);
+    over("--intermediate", o.intermediate, s.intermediate);
+    over("--vocab", o.vocab, s.vocab);
+    if (s.hidden % s.heads != 0)
+      throw Error(fmt::format("--hidden={} is not a multiple of --heads={}", s.hidden, s.heads));
+    if ((s.hidden / s.heads) % 2 != 0)
+      throw Error(fmt::format("head_dim = --hidden/--heads = {} must be even (rotary embeddings)",
+                              s.hidden / s.heads));
+    if (s.heads % s.kv_heads != 0)
+      throw Error(
+          fmt::format("--heads={} is not a multiple of --kv-heads={}", s.heads, s.kv_heads));
+    const DType dt = parse_dtype(o.dtype.empty() ? "bf16" : o.dtype);
+    const int max_position = std::max(2048, o.input_len + o.output_len);
+    const auto t0 = clock_type::now();
+    auto m = generate_model(s, dt, o.engine.seed, threads, bm.spec, max_position);
+    bm.weights = m->weights;
+    bm.keepalive = m;
+    bm.description = fmt::format("preset {} (generated, random weights)", name);
+    spdlog::info("generated {} weights ({}) in {:.2f} s", name, dt.name,
+                 std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  std::string dt;
+  for (const auto& w : bm.weights) {
+    std::string n = dtype_name(w.tensor->dtype);
+    dt = dt.empty() || dt == n ? n : "mixed";
+  }
+  bm.weight_dtype = dt.empty() ? "compiled" : dt;
+  return bm;
+}
+
+// ------------------------------------------------------------- work models
+
+struct Costs {
+  uint64_t parameters = 0;        // every weight element
+  uint64_t matmul_params = 0;     // q/k/v/o/gate/up/down of all layers
+  uint64_t lm_head_params = 0;    // V*H
+  double attn_flops_per_ctx = 0;  // 4 * heads * head_dim * layers, per token per context position
+  uint64_t stream_bytes = 0;      // bytes a decode step reads of every weight but the embedding
+  uint64_t embed_row_bytes = 0;   // one embedding row
+};
+
+Costs model_costs(const BenchModel& bm) {
+  const halo_model_spec& s = bm.spec;
+  Costs c;
+  const uint64_t H = s.hidden_size, I = s.intermediate_size, V = s.vocab_size;
+  const uint64_t NQ = uint64_t(s.num_heads) * s.head_dim,
+                 NKV = uint64_t(s.num_kv_heads) * s.head_dim;
+  c.matmul_params = uint64_t(s.num_layers) * (H * NQ + 2 * H * NKV + NQ * H + 3 * H * I);
+  c.lm_head_params = V * H;
+  c.attn_flops_per_ctx = 4.0 * s.num_heads * s.head_dim * s.num_layers;
+  const bool tied = (s.flags & HALO_MODEL_TIED_EMBEDDINGS) != 0;
+  if (bm.weights.empty()) {  // compiled model: estimate from the shape and torch_dtype
+    const uint64_t e = bm.compiled_elem_bytes;
+    c.parameters = c.matmul_params + (tied ? 1 : 2) * V * H + (2 * uint64_t(s.num_layers) + 1) * H;
+    c.stream_bytes = (c.parameters - V * H) * e + (tied ? V * H * e : 0);
+    c.embed_row_bytes = H * e;
+    return c;
+  }
+  for (const auto& w : bm.weights) {
+    const uint64_t n = numel(*w.tensor), e = w.tensor->dtype.bits / 8u;
+    c.parameters += n;
+    if (std::string_view(w.name) == "embed_tokens") {
+      c.embed_row_bytes = H * e;
+      if (tied) c.stream_bytes += n * e;  // read again as the lm_head
+    } else {
+      c.stream_bytes += n * e;
+    }
+  }
+  return c;
+}
+
+// ------------------------------------------------------------------ a step
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(std::min<double>(v.size() - 1, p / 100.0 * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+// What one sequence computes in one step.
+struct Piece {
+  int seq;
+  int start;  // first sequence index computed
+  int count;  // tokens computed
+};
+
+class Stepper {
+ public:
+  Stepper(device::Executable& exe, device::KvCache& kv, int vocab, int blocks_per_seq)
+      : exe_(exe), kv_(kv), vocab_(vocab), bps_(blocks_per_seq), bs_(kv.block_size()) {}
+
+  // Runs one execute over `pieces`; `token_at(seq, pos)` gives the token ids.
+  // Logits are asked for the last row of a piece that ends at `logits_from`
+  // or later (the engine's rule: a sequence that has caught up samples).
+  // Returns the seconds of the execute call.
+  template <class TokenAt>
+  double run(const std::vector<Piece>& pieces, TokenAt&& token_at, int logits_from,
+             int* logits_rows) {
+    tokens_.clear();
+    positions_.clear();
+    slots_.clear();
+    query_start_.assign(1, 0);
+    context_lens_.clear();
+    logits_indices_.clear();
+    block_tables_.assign(pieces.size() * static_cast<size_t>(bps_), -1);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const Piece& p = pieces[i];
+      for (int pos = p.start; pos < p.start + p.count; ++pos) {
+        tokens_.push_back(token_at(p.seq, pos));
+        positions_.push_back(pos);
+        slots_.push_back(int64_t(block_of(p.seq, pos / bs_)) * bs_ + pos % bs_);
+      }
+      query_start_.push_back(static_cast<int32_t>(tokens_.size()));
+      context_lens_.push_back(p.start + p.count);
+      for (int b = 0; b < bps_; ++b)
+        block_tables_[i * static_cast<size_t>(bps_) + static_cast<size_t>(b)] = block_of(p.seq, b);
+      if (p.start + p.count >= logits_from)
+        logits_indices_.push_back(static_cast<int32_t>(tokens_.size()) - 1);
+    }
+    if (logits_rows) *logits_rows = static_cast<int>(logits_indices_.size());
+    const size_t need = logits_indices_.size() * static_cast<size_t>(vocab_);
+    if (logits_.size() < need) logits_.resize(need);
+    int64_t shape[2] = {static_cast<int64_t>(logits_indices_.size()), vocab_};
+    DLTensor logits{};
+    logits.data = logits_.data();
+    logits.device = {kDLCPU, 0};
+    logits.ndim = 2;
+    logits.dtype = {kDLFloat, 32, 1};
+    logits.shape = shape;
+    halo_execute_args a{};
+    a.struct_size = sizeof(a);
+    a.executable = exe_.handle();
+    a.kv_cache = kv_.handle();
+    a.num_tokens = static_cast<int32_t>(tokens_.size());
+    a.token_ids = tokens_.data();
+    a.positions = positions_.data();
+    a.slot_mapping = slots_.data();
+    a.num_seqs = static_cast<int32_t>(pieces.size());
+    a.query_start = query_start_.data();
+    a.context_lens = context_lens_.data();
+    a.block_tables = block_tables_.data();
+    a.max_blocks_per_seq = bps_;
+    a.num_logits = static_cast<int32_t>(logits_indices_.size());
+    a.logits_indices = logits_indices_.data();
+    a.logits = &logits;
+    auto& plugin = exe_.device().plugin();
+    const auto t0 = clock_type::now();
+    plugin.check(plugin.api().execute(&a), "execute");
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+  }
+
+ private:
+  int32_t block_of(int seq, int k) const {
+    return seq * bps_ + k;
+  }  // sequence s owns blocks [s*bps, (s+1)*bps)
+
+  device::Executable& exe_;
+  device::KvCache& kv_;
+  int vocab_, bps_, bs_;
+  std::vector<int32_t> tokens_, positions_, query_start_, context_lens_, logits_indices_,
+      block_tables_;
+  std::vector<int64_t> slots_;
+  std::vector<float> logits_;
+};
+
+// Prompt steps as a scheduler would cut them: at most max_seqs sequences and
+// max_tokens tokens per step, a prompt split across steps only when chunked.
+// Empty when a prompt cannot fit a step without chunking.
+std::vector<std::vector<Piece>> plan_prefill(int batch, int input_len, int max_tokens, int max_seqs,
+                                             bool chunked) {
+  std::vector<std::vector<Piece>> steps;
+  std::vector<int> done(static_cast<size_t>(batch), 0);
+  int s = 0;
+  if (!chunked && input_len > max_tokens) return steps;
+  while (s < batch) {
+    std::vector<Piece> step;
+    int budget = max_tokens;
+    for (int q = s; q < batch && budget > 0 && static_cast<int>(step.size()) < max_seqs; ++q) {
+      const int left = input_len - done[q];
+      const int take = chunked ? std::min(left, budget) : (left <= budget ? left : 0);
+      if (take == 0) break;
+      step.push_back({q, done[q], take});
+      done[q] += take;
+      budget -= take;
+    }
+    while (s < batch && done[s] == input_len) ++s;
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
+std::vector<int> parse_batch_sizes(const std::string& text) {
+  std::vector<int> out;
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    const std::string item = text.substr(i, j - i);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v <= 0 || v > 1000000)
+      throw Error(
+          fmt::format("--batch-sizes={}: '{}' is not a positive integer (expected e.g. 1,4,16,64)",
+                      text, item));
+    out.push_back(static_cast<int>(v));
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) b /= 1024.0, ++u;
+  return fmt::format("{:.2f} {}", b, units[u]);
+}
+
+// ------------------------------------------------------------------- run
+
+void run_latency(const LatencyOptions& o) {
+  // Flags first, so a bad one fails before any probe runs.
+  const std::vector<int> batches = parse_batch_sizes(o.batch_sizes);
+  if (o.input_len <= 0) throw Error(fmt::format("--input-len={} must be positive", o.input_len));
+  if (o.output_len <= 0) throw Error(fmt::format("--output-len={} must be positive", o.output_len));
+  if (o.warmup < 0) throw Error(fmt::format("--warmup={} must not be negative", o.warmup));
+  if (o.max_prefill_tokens < 0)
+    throw Error(fmt::format("--max-prefill-tokens={} must not be negative", o.max_prefill_tokens));
+  if (!(o.roofline_budget > 0))
+    throw Error(fmt::format("--roofline-budget={} must be positive", o.roofline_budget));
+  if (o.roofline_buffer_mib <= 0)
+    throw Error(fmt::format("--roofline-buffer-mib={} must be positive", o.roofline_buffer_mib));
+  if (!o.model_dir.empty() && !o.preset.empty())
+    throw Error("--model and --preset exclude each other");
+  if (o.model_dir.empty() && !o.preset.empty()) {
+    bool known = false;
+    for (const auto& [n, s] : presets()) known |= n == o.preset;
+    if (!known)
+      throw Error(
+          fmt::format("--preset {}: unknown preset; choose tinyllama-1.1b or tiny", o.preset));
+  }
+  if (!o.dtype.empty()) parse_dtype(o.dtype);
+  const int32_t kv_dtype_asked = engine::parse_kv_cache_dtype(o.engine.kv_cache_dtype);
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  const int host_threads =
+      o.engine.threads > 0 ? o.engine.threads
+                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  auto plugin = device::Plugin::load(o.engine.device);
+  device::Options options = o.engine.plugin_options;
+  if (o.engine.threads > 0) options.emplace_back("threads", std::to_string(o.engine.threads));
+  auto dev = std::make_shared<device::Device>(plugin, o.engine.device_index, options);
+  const bool host_device = dev->info().kind == HALO_DEVICE_KIND_CPU;
+
+  BenchModel bm = make_model(o, host_threads);
+  const halo_model_spec& spec = bm.spec;
+  const Costs costs = model_costs(bm);
+  if (o.input_len + o.output_len > spec.max_position_embeddings)
+    throw Error(fmt::format(
+        "--input-len={} + --output-len={} exceeds the model's max_position_embeddings={}",
+        o.input_len, o.output_len, spec.max_position_embeddings));
+
+  // Rooflines, before the device takes its copy of the weights.
+  nlohmann::ordered_json roof;
+  roof["measured_on"] = "host";
+  roof["applies_to_device"] = host_device;
+  const ReadBandwidth bw = measure_read_bandwidth(static_cast<size_t>(o.roofline_buffer_mib) << 20,
+                                                  o.engine.threads, o.roofline_budget);
+  roof["read_bandwidth_bytes_per_s"] = bw.bytes_per_s;
+  roof["read_bandwidth_gb_per_s"] = bw.bytes_per_s / 1e9;
+  roof["read_bandwidth_buffer_bytes"] = bw.buffer_bytes;
+  roof["read_bandwidth_threads"] = bw.threads;
+  roof["read_bandwidth_passes"] = bw.passes;
+  roof["read_bandwidth_probe_seconds"] = bw.seconds;
+  double peak = 0;
+  std::string peak_note;
+#ifdef HALO_HAVE_ONEDNN
+  try {
+    halo::onednn::set_num_threads(o.engine.threads);
+    const auto p = halo::onednn::measure_bf16_matmul_peak(o.roofline_budget);
+    peak = p.flops_per_s;
+    roof["matmul_peak_flops_per_s"] = p.flops_per_s;
+    roof["matmul_peak_tflops_per_s"] = p.flops_per_s / 1e12;
+    roof["matmul_peak_impl"] = p.impl;
+    roof["matmul_peak_shape"] = {p.m, p.n, p.k};
+    peak_note = fmt::format("{:.2f} TFLOP/s bf16 (oneDNN {}, {}x{}x{})", p.flops_per_s / 1e12,
+                            p.impl, p.m, p.n, p.k);
+  } catch (const std::exception& e) {
+    peak_note = fmt::format("unavailable ({})", e.what());
+    roof["matmul_peak_unavailable"] = e.what();
+  }
+#else
+  peak_note = "unavailable (built without oneDNN)";
+  roof["matmul_peak_unavailable"] = "built without oneDNN";
+#endif
+
+  // Limits: room for the largest batch at input_len + output_len tokens.
+  halo_limits lim{};
+  lim.struct_size = sizeof(lim);
+  const auto& e = o.engine;
+  lim.max_num_seqs = e.max_num_seqs > 0 ? e.max_num_seqs : max_batch;
+  lim.max_model_len = e.max_model_len > 0 ? e.max_model_len : o.input_len + o.output_len;
+  lim.max_num_batched_tokens = e.max_num_batched_tokens > 0
+                                   ? e.max_num_batched_tokens
+                                   : std::max({2048, o.input_len, max_batch});
+  lim.block_size = e.block_size;
+  lim.kv_cache_dtype = kv_dtype_asked;
+  if (kv_dtype_asked != HALO_KV_DTYPE_AUTO && plugin->api().abi_minor < 2)
+    throw Error(fmt::format(
+        "--kv-cache-dtype={} needs a plugin of ABI v1.2 or later; plugin '{}' is v{}.{}",
+        e.kv_cache_dtype, plugin->name(), plugin->api().abi_major, plugin->api().abi_minor));
+  const auto tp = clock_type::now();
+  auto exe = std::make_shared<device::Executable>(dev, spec, bm.weights, lim, options);
+  const double prepare_s = std::chrono::duration<double>(clock_type::now() - tp).count();
+  lim = exe->limits();
+  auto agree = [&](const char* flag, int asked, int agreed) {
+    if (asked > 0 && asked != agreed)
+      throw Error(
+          fmt::format("{}={} contradicts the device: plugin '{}' runs this model with {}={}", flag,
+                      asked, plugin->name(), flag + 2, agreed));
+  };
+  agree("--max-num-seqs", e.max_num_seqs, lim.max_num_seqs);
+  agree("--max-model-len", e.max_model_len, lim.max_model_len);
+  agree("--max-num-batched-tokens", e.max_num_batched_tokens, lim.max_num_batched_tokens);
+  agree("--block-size", e.block_size, lim.block_size);
+  const bool has_kv_dtype = plugin->api().abi_minor >= 2;
+  if (kv_dtype_asked != HALO_KV_DTYPE_AUTO && lim.kv_cache_dtype != kv_dtype_asked)
+    throw Error(fmt::format(
+        "--kv-cache-dtype={} contradicts the device: plugin '{}' stores the KV cache as {}",
+        engine::kv_cache_dtype_name(kv_dtype_asked), plugin->name(),
+        engine::kv_cache_dtype_name(lim.kv_cache_dtype)));
+  if (lim.block_size <= 0 || lim.kv_bytes_per_block == 0 || lim.max_num_seqs <= 0 ||
+      lim.max_num_batched_tokens <= 0)
+    throw Error(fmt::format(
+        "plugin '{}' returned incomplete limits: max_num_seqs={} max_num_batched_tokens={} "
+        "block_size={} kv_bytes_per_block={}",
+        plugin->name(), lim.max_num_seqs, lim.max_num_batched_tokens, lim.block_size,
+        lim.kv_bytes_per_block));
+  if (lim.max_model_len < o.input_len + o.output_len)
+    throw Error(fmt::format(
+        "plugin '{}' agreed max_model_len={}, less than --input-len={} + --output-len={}",
+        plugin->name(), lim.max_model_len, o.input_len, o.output_len));
+  const std::string kv_dtype =
+      has_kv_dtype ? engine::kv_cache_dtype_name(lim.kv_cache_dtype) : "not reported";
+  const bool chunked = e.enable_chunked_prefill && (lim.capabilities & HALO_CAP_CHUNKED_PREFILL);
+
+  // KV cache: every sequence of the largest runnable batch owns its blocks.
+  const int bs = lim.block_size;
+  const int bps = (o.input_len + o.output_len + bs - 1) / bs;
+  int max_runnable = 0;
+  for (int b : batches)
+    if (b <= lim.max_num_seqs) max_runnable = std::max(max_runnable, b);
+  const int64_t num_blocks = int64_t(std::max(1, max_runnable)) * bps;
+  const double kv_bytes = double(num_blocks) * double(lim.kv_bytes_per_block);
+  if (lim.kv_memory_available > 0 && kv_bytes > double(lim.kv_memory_available))
+    throw Error(fmt::format(
+        "the KV cache for batch {} x {} tokens needs {} but the device has {} left after the "
+        "weights; use smaller --batch-sizes or --input-len",
+        max_runnable, o.input_len + o.output_len, human_bytes(kv_bytes),
+        human_bytes(double(lim.kv_memory_available))));
+  if (num_blocks > std::numeric_limits<int32_t>::max())
+    throw Error("the KV cache needs more than 2^31 blocks");
+  device::KvCache kv(exe, static_cast<int>(num_blocks), bs);
+  const double kv_per_token = double(lim.kv_bytes_per_block) / bs;
+  Stepper stepper(*exe, kv, spec.vocab_size, bps);
+
+  // Header.
+  fmt::print("model            {}\n", bm.description);
+  fmt::print(
+      "shape            vocab {} hidden {} intermediate {} layers {} heads {} kv_heads {} head_dim "
+      "{} "
+      "({:.1f}M parameters, weights {})\n",
+      spec.vocab_size, spec.hidden_size, spec.intermediate_size, spec.num_layers, spec.num_heads,
+      spec.num_kv_heads, spec.head_dim, costs.parameters / 1e6, bm.weight_dtype);
+  fmt::print("device           {} ({}, {}), prepared in {:.2f} s\n", plugin->name(),
+             dev->info().name, device::kind_name(dev->info().kind), prepare_s);
+  fmt::print(
+      "limits           max_num_seqs {} max_model_len {} max_num_batched_tokens {} block_size {} "
+      "chunked_prefill {}\n",
+      lim.max_num_seqs, lim.max_model_len, lim.max_num_batched_tokens, bs, chunked);
+  fmt::print("KV cache         {} blocks ({}), {} ({:.0f} bytes/token)\n", num_blocks,
+             human_bytes(kv_bytes), kv_dtype, kv_per_token);
+  fmt::print("read bandwidth   {:.2f} GB/s (host, {} threads, {} buffer, best of {} passes)\n",
+             bw.bytes_per_s / 1e9, bw.threads, human_bytes(double(bw.buffer_bytes)), bw.passes);
+  fmt::print("matmul peak      {}\n", peak_note);
+  if (!host_device)
+    fmt::print(
+        "note             the roofline is the host's; it may not apply to device '{}' ({})\n",
+        plugin->name(), device::kind_name(dev->info().kind));
+  fmt::print(
+      "workload         input_len {} (prefill prompt = decode context), output_len {} decode "
+      "steps, "
+      "warmup {}\n\n",
+      o.input_len, o.output_len, o.warmup);
+
+  std::fflush(stdout);
+  std::mt19937_64 rng(o.engine.seed ^ 0x6A09E667F3BCC908ull);
+  std::uniform_int_distribution<int32_t> id(0, spec.vocab_size - 1);
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  std::vector<std::string> notes;
+  for (int B : batches) {
+    nlohmann::ordered_json row;
+    row["batch_size"] = B;
+    nlohmann::ordered_json pj, dj;
+    if (B > lim.max_num_seqs) {
+      const std::string why =
+          fmt::format("batch {} > max_num_seqs {} the device agreed", B, lim.max_num_seqs);
+      pj["skipped"] = why;
+      dj["skipped"] = why;
+      notes.push_back(why);
+      row["prefill"] = pj;
+      row["decode"] = dj;
+      rows.push_back(row);
+      continue;
+    }
+    // Prefill.
+    std::vector<std::vector<int32_t>> prompt(
+        static_cast<size_t>(B), std::vector<int32_t>(static_cast<size_t>(o.input_len)));
+    for (auto& p : prompt)
+      for (auto& t : p) t = id(rng);
+    auto prompt_token = [&](int s, int pos) { return prompt[s][pos]; };
+    const int64_t prefill_tokens = int64_t(B) * o.input_len;
+    bool prefilled = false;
+    auto plan = plan_prefill(B, o.input_len, lim.max_num_batched_tokens, lim.max_num_seqs, chunked);
+    if (prefill_tokens > o.max_prefill_tokens) {
+      pj["skipped"] = fmt::format("batch {} x input_len {} = {} tokens > --max-prefill-tokens {}",
+                                  B, o.input_len, prefill_tokens, o.max_prefill_tokens);
+    } else if (plan.empty()) {
+      pj["skipped"] = fmt::format(
+          "input_len {} > max_num_batched_tokens {} and the prompt cannot be split "
+          "(chunked prefill off)",
+          o.input_len, lim.max_num_batched_tokens);
+    } else {
+      spdlog::info("batch {}: prefill of {} tokens in {} steps", B, prefill_tokens, plan.size());
+      for (int w = 0; w < o.warmup; ++w) stepper.run(plan[0], prompt_token, o.input_len, nullptr);
+      double seconds = 0;
+      int logits_rows = 0;
+      for (const auto& step : plan) {
+        int rows_here = 0;
+        seconds += stepper.run(step, prompt_token, o.input_len, &rows_here);
+        logits_rows += rows_here;
+      }
+      prefilled = true;
+      const double n = o.input_len;
+      const double flops = 2.0 * double(costs.matmul_params) * double(prefill_tokens) +
+                           2.0 * double(costs.lm_head_params) * logits_rows +
+                           costs.attn_flops_per_ctx * B * (n * (n + 1) / 2);
+      pj["tokens"] = prefill_tokens;
+      pj["steps"] = plan.size();
+      pj["logits_rows"] = logits_rows;
+      pj["ms"] = seconds * 1e3;
+      pj["tokens_per_s"] = double(prefill_tokens) / seconds;
+      pj["flops"] = flops;
+      pj["flops_per_s"] = flops / seconds;
+      pj["tflops_per_s"] = flops / seconds / 1e12;
+      if (peak > 0) pj["fraction_of_matmul_peak"] = flops / seconds / peak;
+    }
+    if (pj.contains("skipped"))
+      notes.push_back(
+          fmt::format("batch {}: prefill skipped: {}", B, pj["skipped"].get<std::string>()));
+
+    // Decode: B tokens per step at contexts input_len+1 .. input_len+output_len.
+    if (B > lim.max_num_batched_tokens) {
+      dj["skipped"] =
+          fmt::format("batch {} > max_num_batched_tokens {}", B, lim.max_num_batched_tokens);
+      notes.push_back(
+          fmt::format("batch {}: decode skipped: {}", B, dj["skipped"].get<std::string>()));
+    } else {
+      std::vector<int32_t> step_tokens(static_cast<size_t>(B));
+      auto decode_token = [&](int s, int) { return step_tokens[s]; };
+      auto pieces_at = [&](int pos) {
+        std::vector<Piece> p;
+        for (int s = 0; s < B; ++s) p.push_back({s, pos, 1});
+        return p;
+      };
+      spdlog::info("batch {}: {} decode steps", B, o.output_len);
+      for (int w = 0; w < o.warmup; ++w) {
+        for (auto& t : step_tokens) t = id(rng);
+        stepper.run(pieces_at(o.input_len), decode_token, 0, nullptr);
+      }
+      std::vector<double> ms;
+      for (int i = 0; i < o.output_len; ++i) {
+        for (auto& t : step_tokens) t = id(rng);
+        ms.push_back(1e3 * stepper.run(pieces_at(o.input_len + i), decode_token, 0, nullptr));
+      }
+      const double p50 = percentile(ms, 50), p90 = percentile(ms, 90);
+      const double mean_ctx = o.input_len + (o.output_len + 1) / 2.0;
+      const double weight_bytes =
+          double(costs.stream_bytes) + double(B) * double(costs.embed_row_bytes);
+      const double kv_read = double(B) * mean_ctx * kv_per_token;
+      const double bytes = weight_bytes + kv_read;
+      const double flops = 2.0 * double(costs.matmul_params + costs.lm_head_params) * B +
+                           costs.attn_flops_per_ctx * B * mean_ctx;
+      dj["kv_source"] = prefilled ? "prefill" : "unfilled";
+      dj["context_len_first"] = o.input_len + 1;
+      dj["context_len_last"] = o.input_len + o.output_len;
+      dj["steps"] = o.output_len;
+      dj["step_ms"] = ms;
+      dj["step_ms_p50"] = p50;
+      dj["step_ms_p90"] = p90;
+      dj["step_ms_mean"] = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
+      dj["tokens_per_s"] = B / (p50 / 1e3);
+      dj["weight_bytes_per_step"] = weight_bytes;
+      dj["kv_bytes_per_step"] = kv_read;
+      dj["bytes_per_step"] = bytes;
+      dj["bytes_per_s"] = bytes / (p50 / 1e3);
+      dj["gb_per_s"] = bytes / (p50 / 1e3) / 1e9;
+      if (bw.bytes_per_s > 0)
+        dj["fraction_of_read_bandwidth"] = bytes / (p50 / 1e3) / bw.bytes_per_s;
+      dj["flops_per_step"] = flops;
+      dj["tflops_per_s"] = flops / (p50 / 1e3) / 1e12;
+      if (!prefilled)
+        notes.push_back(fmt::format(
+            "batch {}: decode attends over KV blocks no prefill wrote (the contents do not "
+            "change the work)",
+            B));
+    }
+    row["prefill"] = pj;
+    row["decode"] = dj;
+    rows.push_back(row);
+  }
+
+  // Table.
+  auto num = [](const nlohmann::ordered_json& j, const char* key, const char* fmt_spec,
+                double scale = 1) {
+    if (!j.contains(key)) return std::string("-");
+    return fmt::format(fmt::runtime(fmt_spec), j[key].get<double>() * scale);
+  };
+  fmt::print("{:>6} | {:>11} {:>10} {:>8} {:>7} | {:>10} {:>10} {:>10} {:>8} {:>7}\n", "batch",
+             "prefill ms", "tok/s", "TFLOP/s", "% peak", "decode ms", "p90 ms", "tok/s", "GB/s",
+             "% bw");
+  fmt::print("{:-<6}-+-{:-<11}-{:-<10}-{:-<8}-{:-<7}-+-{:-<10}-{:-<10}-{:-<10}-{:-<8}-{:-<7}\n", "",
+             "", "", "", "", "", "", "", "", "");
+  for (const auto& r : rows) {
+    const auto& p = r["prefill"];
+    const auto& d = r["decode"];
+    fmt::print("{:>6} | {:>11} {:>10} {:>8} {:>7} | {:>10} {:>10} {:>10} {:>8} {:>7}\n",
+               r["batch_size"].get<int>(), num(p, "ms", "{:.2f}"), num(p, "tokens_per_s", "{:.1f}"),
+               num(p, "tflops_per_s", "{:.3f}"), num(p, "fraction_of_matmul_peak", "{:.1f}", 100),
+               num(d, "step_ms_p50", "{:.3f}"), num(d, "step_ms_p90", "{:.3f}"),
+               num(d, "tokens_per_s", "{:.1f}"), num(d, "gb_per_s", "{:.2f}"),
+               num(d, "fraction_of_read_bandwidth", "{:.1f}", 100));
+  }
+  // Weights that fit the last-level cache are read from it, above the DRAM roofline.
+  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  const double llc_bytes = llc > 0 ? double(llc) : 32.0 * 1048576;
+  if (host_device && double(costs.stream_bytes) < 2 * llc_bytes)
+    notes.push_back(
+        fmt::format("the weights ({}) fit in or near the last-level cache ({}{}): decode may read "
+                    "them from cache, above the DRAM bandwidth roofline",
+                    human_bytes(double(costs.stream_bytes)), human_bytes(llc_bytes),
+                    llc > 0 ? "" : ", assumed"));
+  if (!notes.empty()) fmt::print("\n");
+  for (const auto& n : notes) fmt::print("note: {}\n", n);
+  fmt::print(
+      "\nprefill FLOPs = 2 x {:.1f}M matmul params x tokens + 2 x lm_head params x logits rows + "
+      "attention "
+      "4 x heads x head_dim x layers x sum of context; decode bytes/step = {} of weights "
+      "(embedding rows "
+      "added per token) + KV {:.0f} bytes/token x batch x mean context\n",
+      costs.matmul_params / 1e6, human_bytes(double(costs.stream_bytes)), kv_per_token);
+
+  if (!o.output_json.empty()) {
+    nlohmann::ordered_json out;
+    out["model"] = bm.description;
+    out["shape"] = {{"vocab_size", spec.vocab_size},
+                    {"hidden_size", spec.hidden_size},
+                    {"intermediate_size", spec.intermediate_size},
+                    {"num_layers", spec.num_layers},
+                    {"num_heads", spec.num_heads},
+                    {"num_kv_heads", spec.num_kv_heads},
+                    {"head_dim", spec.head_dim},
+                    {"tied_embeddings", (spec.flags & HALO_MODEL_TIED_EMBEDDINGS) != 0},
+                    {"weight_dtype", bm.weight_dtype}};
+    out["parameters"] = costs.parameters;
+    out["matmul_parameters"] = costs.matmul_params;
+    out["lm_head_parameters"] = costs.lm_head_params;
+    out["weight_stream_bytes"] = costs.stream_bytes;
+    out["embedding_row_bytes"] = costs.embed_row_bytes;
+    out["device"] = plugin->name();
+    out["device_name"] = dev->info().name;
+    out["device_kind"] = device::kind_name(dev->info().kind);
+    out["threads"] = o.engine.threads;
+    out["prepare_seconds"] = prepare_s;
+    out["limits"] = {{"max_num_seqs", lim.max_num_seqs},
+                     {"max_model_len", lim.max_model_len},
+                     {"max_num_batched_tokens", lim.max_num_batched_tokens},
+                     {"block_size", bs},
+                     {"chunked_prefill", chunked},
+                     {"kv_bytes_per_block", lim.kv_bytes_per_block},
+                     {"kv_bytes_per_token", kv_per_token},
+                     {"kv_blocks", num_blocks},
+                     {"kv_cache_dtype", kv_dtype}};
+    out["input_len"] = o.input_len;
+    out["output_len"] = o.output_len;
+    out["warmup"] = o.warmup;
+    out["max_prefill_tokens"] = o.max_prefill_tokens;
+    out["roofline"] = roof;
+    out["batches"] = rows;
+    std::ofstream f(o.output_json);
+    if (!f) throw Error(fmt::format("--output-json {}: cannot write", o.output_json));
+    f << out.dump(2) << "\n";
+  }
+}
+
+}  // namespace
+
+void add_bench_latency_command(CLI::App& bench) {
+  auto o = std::make_shared<LatencyOptions>();
+  auto* cmd = bench.add_subcommand(
+      "latency",
+      "Per-step prefill and decode latency at several batch sizes, beside the host roofline");
+  cmd->add_option("--model", o->model_dir,
+                  "Hugging Face model directory (instead of a generated --preset)");
+  cmd->add_option(
+      "--preset", o->preset,
+      "Generated model with random weights, kept in memory: tinyllama-1.1b (default) or tiny");
+  cmd->add_option("--hidden", o->hidden, "Override the preset's hidden size");
+  cmd->add_option("--layers", o->layers, "Override the preset's layer count");
+  cmd->add_option("--heads", o->heads, "Override the preset's attention heads");
+  cmd->add_option("--kv-heads", o->kv_heads, "Override the preset's KV heads");
+  cmd->add_option("--intermediate", o->intermediate, "Override the preset's MLP size");
+  cmd->add_option("--vocab", o->vocab, "Override the preset's vocabulary size");
+  cmd->add_option("--dtype", o->dtype,
+                  "Weight type of a generated model: bf16 (default), fp16 or fp32");
+  cmd->add_option("--batch-sizes", o->batch_sizes, "Comma-separated batch sizes")
+      ->capture_default_str();
+  cmd->add_option("--input-len", o->input_len, "Prompt tokens per sequence (= the decode context)")
+      ->capture_default_str();
+  cmd->add_option("--output-len", o->output_len, "Decode steps timed per batch size")
+      ->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "Untimed steps before each timed phase")
+      ->capture_default_str();
+  cmd->add_option("--max-prefill-tokens", o->max_prefill_tokens,
+                  "Skip the prefill of a batch with more tokens than this")
+      ->capture_default_str();
+  cmd->add_option("--roofline-budget", o->roofline_budget,
+                  "Seconds for each roofline probe (bandwidth, matmul)")
+      ->capture_default_str();
+  cmd->add_option("--roofline-buffer-mib", o->roofline_buffer_mib,
+                  "Buffer the bandwidth probe streams (keep it well above the last-level cache)")
+      ->capture_default_str();
+  cmd->add_option("--output-json", o->output_json, "Write the results as JSON to this file");
+  add_engine_options(*cmd, o->engine);
+  cmd->callback([o] { run_latency(*o); });
+}
+
+}  // namespace halo::tools
