@@ -1,12 +1,12 @@
 #include "serve/model_loading.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "common/error.h"
 #include "device/plugin.h"
@@ -29,8 +29,8 @@ std::string human_bytes(uint64_t b) {
 
 uint64_t kv_bytes_per_token(const model::ModelConfig& c, const std::string& device) {
   const uint64_t elem = device == "cpu" ? 4 : 2;
-  return 2ull * uint64_t(std::max(0, c.spec.num_layers)) * uint64_t(std::max(0, c.spec.num_kv_heads)) *
-         uint64_t(std::max(0, c.spec.head_dim)) * elem;
+  return 2ull * uint64_t(std::max(0, c.spec.num_layers)) *
+         uint64_t(std::max(0, c.spec.num_kv_heads)) * uint64_t(std::max(0, c.spec.head_dim)) * elem;
 }
 
 uint64_t weight_file_bytes(const fs::path& dir) {
@@ -41,7 +41,8 @@ uint64_t weight_file_bytes(const fs::path& dir) {
   return total;
 }
 
-MemoryEstimate estimate_memory(const ModelSettings& s, const model::ModelConfig& c, uint64_t weights, uint64_t left) {
+MemoryEstimate estimate_memory(const ModelSettings& s, const model::ModelConfig& c,
+                               uint64_t weights, uint64_t left) {
   MemoryEstimate m;
   m.weights = weights;
   m.kv_bytes_per_token = kv_bytes_per_token(c, s.engine.device);
@@ -52,8 +53,8 @@ MemoryEstimate estimate_memory(const ModelSettings& s, const model::ModelConfig&
   };
   if (e.max_kv_tokens > 0) {
     m.kv = uint64_t(e.max_kv_tokens) * m.kv_bytes_per_token;
-    m.kv_source = fmt::format("max-kv-tokens={} x {} B/token, {}", e.max_kv_tokens, m.kv_bytes_per_token,
-                              from("max-kv-tokens"));
+    m.kv_source = fmt::format("max-kv-tokens={} x {} B/token, {}", e.max_kv_tokens,
+                              m.kv_bytes_per_token, from("max-kv-tokens"));
   } else if (e.kv_cache_memory > 0) {
     m.kv = e.kv_cache_memory;
     m.kv_source = from("kv-cache-memory");
@@ -62,11 +63,13 @@ MemoryEstimate estimate_memory(const ModelSettings& s, const model::ModelConfig&
     // sequence at full length (the engine's own cap).
     double budget = left > weights ? double(left - weights) * e.device_memory_utilization : 0.0;
     uint64_t seqs = e.max_num_seqs > 0 ? uint64_t(e.max_num_seqs) : 256;
-    uint64_t len = e.max_model_len > 0 ? uint64_t(e.max_model_len) : uint64_t(std::max(1, c.max_position_embeddings));
+    uint64_t len = e.max_model_len > 0 ? uint64_t(e.max_model_len)
+                                       : uint64_t(std::max(1, c.max_position_embeddings));
     double useful = double(seqs * len * m.kv_bytes_per_token);
     m.kv = static_cast<uint64_t>(std::min(budget, useful));
-    m.kv_source = fmt::format("device-memory-utilization={} of what is left, capped at {} seqs x {} tokens",
-                              e.device_memory_utilization, seqs, len);
+    m.kv_source =
+        fmt::format("device-memory-utilization={} of what is left, capped at {} seqs x {} tokens",
+                    e.device_memory_utilization, seqs, len);
   }
   return m;
 }
@@ -77,19 +80,22 @@ uint64_t MemoryPlan::left(const std::string& device, uint64_t free_bytes) const 
   return free_bytes > used ? free_bytes - used : 0;
 }
 
-std::string MemoryPlan::claim(const std::string& model, const std::string& device, uint64_t free_bytes,
-                              const MemoryEstimate& need) {
+std::string MemoryPlan::claim(const std::string& model, const std::string& device,
+                              uint64_t free_bytes, const MemoryEstimate& need) {
   const uint64_t have = left(device, free_bytes);
   if (need.total() > have) {
     const auto& c = claimed_[device];
-    std::string others = c.models.empty() ? "no model loaded before it"
-                                          : fmt::format("models loaded before it: {} claim {}",
-                                                        fmt::join(c.models, ", "), human_bytes(c.bytes));
+    std::string others = c.models.empty()
+                             ? "no model loaded before it"
+                             : fmt::format("models loaded before it: {} claim {}",
+                                           fmt::join(c.models, ", "), human_bytes(c.bytes));
     return fmt::format(
-        "model '{}' does not fit on {}: weights {} + KV cache {} ({}) = {} needed, but only {} of the device's {} "
-        "free is left ({}). Give it a smaller kv-cache-memory / max-kv-tokens, or serve it on another device",
-        model, device, human_bytes(need.weights), human_bytes(need.kv), need.kv_source, human_bytes(need.total()),
-        human_bytes(have), human_bytes(free_bytes), others);
+        "model '{}' does not fit on {}: weights {} + KV cache {} ({}) = {} needed, but only {} of "
+        "the device's {} "
+        "free is left ({}). Give it a smaller kv-cache-memory / max-kv-tokens, or serve it on "
+        "another device",
+        model, device, human_bytes(need.weights), human_bytes(need.kv), need.kv_source,
+        human_bytes(need.total()), human_bytes(have), human_bytes(free_bytes), others);
   }
   auto& c = claimed_[device];
   c.bytes += need.total();
@@ -97,23 +103,27 @@ std::string MemoryPlan::claim(const std::string& model, const std::string& devic
   return {};
 }
 
-void check_dtype(const std::string& requested, const model::ModelConfig& cfg, const std::string& device) {
+void check_dtype(const std::string& requested, const model::ModelConfig& cfg,
+                 const std::string& device) {
   std::string want = canonical_dtype(requested);
   if (want == "auto") return;
   if (want != "float16" && want != "bfloat16" && want != "float32")
-    throw Error(fmt::format("--dtype {}: expected auto, float16 (half), bfloat16 or float32 (float)", requested));
+    throw Error(fmt::format(
+        "--dtype {}: expected auto, float16 (half), bfloat16 or float32 (float)", requested));
   std::string stored = cfg.torch_dtype.empty() ? "float32" : canonical_dtype(cfg.torch_dtype);
   if (want == stored) return;
-  if (device == "cpu" && want == "float32") {
-    spdlog::info("--dtype float32: the cpu plugin computes in float32 from the {} weights as stored", stored);
-    return;
-  }
-  throw Error(fmt::format(
-      "--dtype {}: the checkpoint stores {} weights and halo does not convert them at load time; the {} plugin {}. "
-      "Use --dtype auto (or {})",
-      requested, stored, device,
-      device == "cpu" ? "computes in float32 from the weights as stored" : "runs the weights in their stored dtype",
-      stored));
+  // The cpu plugin takes the matmul precision as its option dtype.
+  if (device == "cpu" && (want == "float32" || want == "bfloat16")) return;
+  if (device == "cpu")
+    throw Error(fmt::format(
+        "--dtype {}: the cpu plugin has no float16 arithmetic; it runs float16 weights in "
+        "bfloat16. Use --dtype auto, bfloat16 or float32",
+        requested));
+  throw Error(
+      fmt::format("--dtype {}: the checkpoint stores {} weights and the {} plugin runs the weights "
+                  "in their stored dtype. "
+                  "Use --dtype auto (or {})",
+                  requested, stored, device, stored));
 }
 
 namespace {
@@ -132,15 +142,18 @@ std::optional<text::ChatTemplate> chat_template(const std::string& option, const
     bool file = fs::exists(option);
     std::string src = file ? read_text(option) : option;
     if (!file && src.find("{%") == std::string::npos && src.find("{{") == std::string::npos)
-      throw Error(fmt::format("--chat-template {}: no such file (and not an inline Jinja template)", option));
+      throw Error(fmt::format("--chat-template {}: no such file (and not an inline Jinja template)",
+                              option));
     tpl.emplace(src);
     return tpl;
   }
   try {
     tpl.emplace(text::ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json"));
   } catch (const Error& e) {
-    spdlog::warn("{}: no chat template ({}): /v1/chat/completions needs --chat-template or a per-request "
-                 "'chat_template'", dir.string(), e.what());
+    spdlog::warn(
+        "{}: no chat template ({}): /v1/chat/completions needs --chat-template or a per-request "
+        "'chat_template'",
+        dir.string(), e.what());
   }
   return tpl;
 }
@@ -152,7 +165,8 @@ struct Device {
 
 }  // namespace
 
-size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& server, const LoadOptions& options) {
+size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& server,
+                   const LoadOptions& options) {
   MemoryPlan plan;
   std::map<std::string, Device> devices;
   size_t served = 0;
@@ -161,7 +175,8 @@ size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& serve
     try {
       const fs::path dir = s.load_dir();
       if (!fs::exists(dir / "config.json"))
-        throw Error(fmt::format("{}: not a model directory (no config.json) (model from {})", dir.string(),
+        throw Error(fmt::format("{}: not a model directory (no config.json) (model from {})",
+                                dir.string(),
                                 s.origin.count("model") ? s.origin.at("model") : "default"));
       engine::EngineConfig ec = s.engine;
       const std::string key = fmt::format("{}:{}", ec.device, ec.device_index);
@@ -169,33 +184,40 @@ size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& serve
         Device d;
         d.plugin = device::Plugin::load(ec.device);
         if (ec.device_index < 0 || ec.device_index >= d.plugin->device_count())
-          throw Error(fmt::format("device-index {}: plugin '{}' has {} devices", ec.device_index, ec.device,
-                                  d.plugin->device_count()));
+          throw Error(fmt::format("device-index {}: plugin '{}' has {} devices", ec.device_index,
+                                  ec.device, d.plugin->device_count()));
         d.info = d.plugin->device_info(ec.device_index);
         devices[key] = std::move(d);
       }
       const Device& dev = devices[key];
-      int tp = s.tensor_parallel_size == 0 ? std::max(1, dev.info.num_chips) : s.tensor_parallel_size;
+      int tp =
+          s.tensor_parallel_size == 0 ? std::max(1, dev.info.num_chips) : s.tensor_parallel_size;
       if (tp > 1) {
         if (ec.device == "cpu")
-          throw Error(fmt::format(
-              "tensor-parallel-size {}: the cpu plugin runs on one device. Tensor parallelism is the device "
-              "plugin's business (the rbln and cuda plugins take it as their plugin option tensor_parallel_size)",
-              tp));
+          throw Error(
+              fmt::format("tensor-parallel-size {}: the cpu plugin runs on one device. Tensor "
+                          "parallelism is the device "
+                          "plugin's business (the rbln and cuda plugins take it as their plugin "
+                          "option tensor_parallel_size)",
+                          tp));
         ec.plugin_options.emplace_back("tensor_parallel_size", std::to_string(tp));
       }
       auto config = model::load_model_config(dir);
       check_dtype(s.dtype, config, ec.device);
+      if (ec.device == "cpu" && canonical_dtype(s.dtype) != "auto")
+        ec.plugin_options.emplace_back("dtype", canonical_dtype(s.dtype));
 
       // The memory arithmetic, before anything is loaded.
       const uint64_t free_bytes = dev.info.memory_free_bytes;
-      MemoryEstimate need = estimate_memory(s, config, weight_file_bytes(dir), plan.left(key, free_bytes));
+      MemoryEstimate need =
+          estimate_memory(s, config, weight_file_bytes(dir), plan.left(key, free_bytes));
       if (free_bytes > 0) {
         std::string why = plan.claim(s.name, key, free_bytes, need);
         if (!why.empty()) throw Error(why);
       }
-      spdlog::info("model '{}': weights {} + KV cache {} ({}); {} free on {}", s.name, human_bytes(need.weights),
-                   human_bytes(need.kv), need.kv_source, human_bytes(free_bytes), key);
+      spdlog::info("model '{}': weights {} + KV cache {} ({}); {} free on {}", s.name,
+                   human_bytes(need.weights), human_bytes(need.kv), need.kv_source,
+                   human_bytes(free_bytes), key);
 
       auto loaded = std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir));
       auto tokenizer = text::Tokenizer::from_model_dir(dir);
@@ -208,10 +230,12 @@ size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& serve
       sm->max_batch_size = s.max_batch_size;
       server.add_model(sm);
       ++served;
-      spdlog::info("model {} loaded in {:.2f} s; serving '{}' (max_model_len {}, {} KV blocks of {} tokens)",
-                   dir.string(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                   s.name, eng->engine().max_model_len(), eng->engine().num_kv_blocks(),
-                   eng->engine().limits().block_size);
+      spdlog::info(
+          "model {} loaded in {:.2f} s; serving '{}' (max_model_len {}, {} KV blocks of {} tokens)",
+          dir.string(),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), s.name,
+          eng->engine().max_model_len(), eng->engine().num_kv_blocks(),
+          eng->engine().limits().block_size);
     } catch (const std::exception& e) {
       spdlog::error("model '{}' refused: {}", s.name, e.what());
       server.refuse_model(s.name, e.what());

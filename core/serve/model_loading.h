@@ -65,7 +65,8 @@ struct LoadOptions {
 size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& server, const LoadOptions& options);
 
 // --dtype: `auto` or the checkpoint's own dtype (the CPU plugin also takes
-// float32); anything else is an Error naming both.
+// bfloat16 and float32, passed to it as its option dtype); anything else is
+// an Error naming both.
 void check_dtype(const std::string& requested, const model::ModelConfig& config, const std::string& device);
 
 }  // namespace halo::serve

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 
@@ -777,6 +778,95 @@ TEST_P(Numerics, MatchesDenseReference) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, Numerics, ::testing::ValuesIn(variants()),
                          [](const auto& info) { return std::string(info.param.name); });
+
+Config paging_cfg();  // below, with the paging tests
+
+// Runs a 21-token prefill and 3 decode steps and returns every logits row,
+// or nothing (with the prepare message in *why) when prepare refused.
+std::vector<std::vector<float>> run_short(const TestModel& m, std::vector<halo_option> options,
+                                          Runner** out_runner, std::string* why) {
+  static std::unique_ptr<Runner> keep;
+  keep = std::make_unique<Runner>(m, 2, 16, 8, std::move(options));
+  if (out_runner) *out_runner = keep.get();
+  if (!keep->kv) {
+    *why = keep->prepare_status.message;
+    return {};
+  }
+  Seq s;
+  s.tokens = random_tokens(24, m.cfg.vocab, 77);
+  s.blocks = {2, 0, 5};
+  std::vector<std::vector<float>> all, out;
+  EXPECT_EQ(run_step(*keep, {{&s, 21, true}}, &out).code, HALO_STATUS_OK);
+  all = out;
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(run_step(*keep, {{&s, 1}}, &out).code, HALO_STATUS_OK);
+    all.push_back(out.at(0));
+  }
+  return all;
+}
+
+TEST(Numerics, DtypeOptionSetsMatmulPrecision) {
+  KernelPath fast("fast");
+  Config c = paging_cfg();
+  c.hidden = 64;
+  c.inter = 160;
+  TestModel f32(c);  // fp32 weights
+  c.wt = WeightType::BF16;
+  TestModel b16(c);
+  std::vector<int> pos(24);
+  std::iota(pos.begin(), pos.end(), 0);
+  const auto tokens = random_tokens(24, c.vocab, 77);
+  std::string why;
+  Runner* r = nullptr;
+  auto check = [&](const TestModel& m, const std::vector<std::vector<float>>& got, double tol) {
+    const auto ref = reference_forward(m, tokens, pos);
+    ASSERT_EQ(got.size(), 24u);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_LT(rel_err(got[i], ref[i]), tol) << "row " << i;
+  };
+  // fp32 weights, dtype bfloat16: converted to bf16 at load, bf16 KV by default.
+  auto got = run_short(f32, {{"dtype", "bfloat16"}}, &r, &why);
+  ASSERT_FALSE(got.empty()) << why;
+  EXPECT_EQ(r->limits.kv_cache_dtype, HALO_KV_DTYPE_BF16);
+  check(f32, got, 2e-2);
+  const auto bf16_rows = got;
+  // The same with dtype auto stays fp32 (and exact to 1e-4).
+  got = run_short(f32, {{"dtype", "auto"}}, &r, &why);
+  EXPECT_EQ(r->limits.kv_cache_dtype, HALO_KV_DTYPE_FP32);
+  check(f32, got, 1e-4);
+  EXPECT_NE(got, bf16_rows) << "dtype bfloat16 changed nothing";
+  // bf16 weights, dtype float32: fp32 activations and KV, within 1e-4.
+  got = run_short(b16, {{"dtype", "float32"}}, &r, &why);
+  EXPECT_EQ(r->limits.kv_cache_dtype, HALO_KV_DTYPE_FP32);
+  check(b16, got, 1e-4);
+  // fp16 arithmetic does not exist here: refused by name.
+  got = run_short(b16, {{"dtype", "float16"}}, &r, &why);
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(r->prepare_status.code, HALO_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(why.find("fp16"), std::string::npos) << why;
+}
+
+TEST(Numerics, OneDnnMatmulBackend) {
+  KernelPath fast("fast");
+  setenv("HALO_CPU_MATMUL", "onednn", 1);
+  Config c = paging_cfg();
+  c.wt = WeightType::BF16;
+  TestModel m(c);
+  std::string why;
+  Runner* r = nullptr;
+  auto got = run_short(m, {}, &r, &why);
+  unsetenv("HALO_CPU_MATMUL");
+  if (got.empty() && why.find("without oneDNN") != std::string::npos) GTEST_SKIP() << why;
+  if (got.empty() && why.find("no bf16 matmul") != std::string::npos) GTEST_SKIP() << why;
+  ASSERT_FALSE(got.empty()) << why;
+  std::vector<int> pos(24);
+  std::iota(pos.begin(), pos.end(), 0);
+  const auto ref = reference_forward(m, random_tokens(24, c.vocab, 77), pos);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_LT(rel_err(got[i], ref[i]), 2e-2) << "row " << i;
+  // The same rows from the built-in GEMM: both round activations to bf16.
+  auto halo_rows = run_short(m, {}, &r, &why);
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_LT(rel_err(got[i], halo_rows[i]), 1e-3) << "row " << i;
+}
 
 TEST(Numerics, PositionsFeedRope) {
   // Positions that do not start at 0 (e.g. after a sliding prefix): the

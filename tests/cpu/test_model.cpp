@@ -98,7 +98,8 @@ TestModel::TestModel(const Config& c) : cfg(c) {
       if (t.dtype.bits == 32) {
         std::memcpy(base + t.offset + 4 * j, &t.values[j], 4);
       } else {
-        const uint16_t h = t.dtype.code == kDLBfloat ? kernels::f32_to_bf16(t.values[j]) : kernels::f32_to_f16(t.values[j]);
+        const uint16_t h = t.dtype.code == kDLBfloat ? kernels::f32_to_bf16(t.values[j])
+                                                     : kernels::f32_to_f16(t.values[j]);
         std::memcpy(base + t.offset + 2 * j, &h, 2);
       }
     }
@@ -147,10 +148,17 @@ void TestModel::add(const std::string& name, std::vector<int64_t> shape, int kin
   for (auto& v : t.values) {
     double x = u(rng);
     switch (kind) {
-      case kMatrix: x *= std::sqrt(3.0 / in); break;
-      case kNorm: x = 1.0 + 0.2 * x; break;
-      case kBias: x *= 0.2; break;
-      default: break;
+      case kMatrix:
+        x *= std::sqrt(3.0 / in);
+        break;
+      case kNorm:
+        x = 1.0 + 0.2 * x;
+        break;
+      case kBias:
+        x *= 0.2;
+        break;
+      default:
+        break;
     }
     v = static_cast<float>(x);
   }
@@ -172,8 +180,12 @@ void TestModel::add(const std::string& name, std::vector<int64_t> shape, int kin
   tensors_.push_back(std::move(t));
 }
 
-const Tensor& TestModel::tensor(const std::string& name) const { return tensors_.at(index_.at(name)); }
-const std::vector<float>& TestModel::w(const std::string& name) const { return tensor(name).values; }
+const Tensor& TestModel::tensor(const std::string& name) const {
+  return tensors_.at(index_.at(name));
+}
+const std::vector<float>& TestModel::w(const std::string& name) const {
+  return tensor(name).values;
+}
 const DLTensor* TestModel::dl(const std::string& name) const { return &dl_.at(index_.at(name)); }
 
 // -------------------------------------------------------------- reference
@@ -241,7 +253,8 @@ void rope(std::vector<double>& v, int heads, int hd, int pos, const std::vector<
 
 }  // namespace
 
-std::vector<std::vector<double>> reference_forward(const TestModel& m, const std::vector<int>& tokens,
+std::vector<std::vector<double>> reference_forward(const TestModel& m,
+                                                   const std::vector<int>& tokens,
                                                    const std::vector<int>& positions) {
   const Config& c = m.cfg;
   const size_t n = tokens.size(), H = c.hidden, hd = c.head_dim;
@@ -299,9 +312,11 @@ std::vector<std::vector<double>> reference_forward(const TestModel& m, const std
       const auto u = linear(m.w(p + "up_proj"), h, c.inter);
       for (int i = 0; i < c.inter; ++i) {
         const double z = g[i];
-        const double a = c.act == HALO_ACTIVATION_SILU
-                             ? z / (1 + std::exp(-z))
-                             : 0.5 * z * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (z + 0.044715 * z * z * z)));
+        const double a =
+            c.act == HALO_ACTIVATION_SILU
+                ? z / (1 + std::exp(-z))
+                : 0.5 * z *
+                      (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (z + 0.044715 * z * z * z)));
         g[i] = a * u[i];
       }
       const auto d = linear(m.w(p + "down_proj"), g, H);
@@ -310,13 +325,14 @@ std::vector<std::vector<double>> reference_forward(const TestModel& m, const std
   }
   const auto& lm = (c.flags & HALO_MODEL_TIED_EMBEDDINGS) ? m.w("embed_tokens") : m.w("lm_head");
   Mat logits(n);
-  for (size_t t = 0; t < n; ++t) logits[t] = linear(lm, rmsnorm(x[t], m.w("final_norm"), c.eps), c.vocab);
+  for (size_t t = 0; t < n; ++t)
+    logits[t] = linear(lm, rmsnorm(x[t], m.w("final_norm"), c.eps), c.vocab);
   return logits;
 }
 
 // ----------------------------------------------------------------- runner
 
-Runner::Runner(const TestModel& m, int threads, int bs, int nb)
+Runner::Runner(const TestModel& m, int threads, int bs, int nb, std::vector<halo_option> options)
     : block_size(bs), num_blocks(nb), vocab(m.cfg.vocab) {
   device = open_device(threads);
   if (!device) return;
@@ -329,8 +345,13 @@ Runner::Runner(const TestModel& m, int threads, int bs, int nb)
   p.weights = m.named.data();
   p.num_weights = m.named.size();
   p.limits = &limits;
+  p.options = options.data();
+  p.num_options = options.size();
   Status s = take(api()->prepare(&p));
-  EXPECT_EQ(s.code, HALO_STATUS_OK) << s.message;
+  prepare_status = s;
+  if (options.empty()) {
+    EXPECT_EQ(s.code, HALO_STATUS_OK) << s.message;  // with options, the caller checks prepare_status
+  }
   exec.reset(p.executable);
   if (!exec) return;
   halo_kv_cache_create_args k{};
@@ -343,9 +364,10 @@ Runner::Runner(const TestModel& m, int threads, int bs, int nb)
   kv.reset(k.kv_cache);
 }
 
-Status run_step(Runner& r, const std::vector<StepSeq>& batch, std::vector<std::vector<float>>* logits,
-                int max_blocks_per_seq) {
-  std::vector<int32_t> tokens, positions, query_start{0}, context_lens, block_tables, logits_indices;
+Status run_step(Runner& r, const std::vector<StepSeq>& batch,
+                std::vector<std::vector<float>>* logits, int max_blocks_per_seq) {
+  std::vector<int32_t> tokens, positions, query_start{0}, context_lens, block_tables,
+      logits_indices;
   std::vector<int64_t> slots;
   int mbps = max_blocks_per_seq;
   for (const auto& b : batch) mbps = std::max<int>(mbps, static_cast<int>(b.seq->blocks.size()));
@@ -356,11 +378,13 @@ Status run_step(Runner& r, const std::vector<StepSeq>& batch, std::vector<std::v
       tokens.push_back(s.tokens.at(idx));
       positions.push_back(idx);
       slots.push_back(int64_t{s.blocks.at(idx / r.block_size)} * r.block_size + idx % r.block_size);
-      if (b.all_logits || j == b.n_new - 1) logits_indices.push_back(static_cast<int32_t>(tokens.size()) - 1);
+      if (b.all_logits || j == b.n_new - 1)
+        logits_indices.push_back(static_cast<int32_t>(tokens.size()) - 1);
     }
     query_start.push_back(static_cast<int32_t>(tokens.size()));
     context_lens.push_back(s.cached + b.n_new);
-    for (int j = 0; j < mbps; ++j) block_tables.push_back(j < static_cast<int>(s.blocks.size()) ? s.blocks[j] : -1);
+    for (int j = 0; j < mbps; ++j)
+      block_tables.push_back(j < static_cast<int>(s.blocks.size()) ? s.blocks[j] : -1);
   }
   std::vector<float> out(logits_indices.size() * static_cast<size_t>(r.vocab));
   int64_t shape[2] = {static_cast<int64_t>(logits_indices.size()), r.vocab};

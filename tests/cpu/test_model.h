@@ -22,10 +22,18 @@ struct Status {
 // Takes ownership of e and returns its code and message.
 Status take(halo_error* e);
 
-struct DeviceDeleter { void operator()(halo_device* d) const { api()->device_destroy(d); } };
-struct ExecDeleter { void operator()(halo_executable* e) const { api()->executable_destroy(e); } };
-struct KvDeleter { void operator()(halo_kv_cache* k) const { api()->kv_cache_destroy(k); } };
-struct BufferDeleter { void operator()(halo_buffer* b) const { api()->buffer_destroy(b); } };
+struct DeviceDeleter {
+  void operator()(halo_device* d) const { api()->device_destroy(d); }
+};
+struct ExecDeleter {
+  void operator()(halo_executable* e) const { api()->executable_destroy(e); }
+};
+struct KvDeleter {
+  void operator()(halo_kv_cache* k) const { api()->kv_cache_destroy(k); }
+};
+struct BufferDeleter {
+  void operator()(halo_buffer* b) const { api()->buffer_destroy(b); }
+};
 using Device = std::unique_ptr<halo_device, DeviceDeleter>;
 using Exec = std::unique_ptr<halo_executable, ExecDeleter>;
 using Kv = std::unique_ptr<halo_kv_cache, KvDeleter>;
@@ -79,12 +87,16 @@ class TestModel {
 };
 
 // Logits [tokens][vocab] of a dense causal forward pass over one sequence.
-std::vector<std::vector<double>> reference_forward(const TestModel& m, const std::vector<int>& tokens,
+std::vector<std::vector<double>> reference_forward(const TestModel& m,
+                                                   const std::vector<int>& tokens,
                                                    const std::vector<int>& positions);
 
 // Prepared executable + KV cache driven like an engine would.
 struct Runner {
-  Runner(const TestModel& m, int threads, int block_size, int num_blocks);
+  // options: prepare options of the plugin (e.g. {"dtype", "float32"}).
+  Runner(const TestModel& m, int threads, int block_size, int num_blocks,
+         std::vector<halo_option> options = {});
+  Status prepare_status;  // of prepare (and kv_cache_create)
   Device device;
   Exec exec;
   Kv kv;
@@ -95,9 +107,9 @@ struct Runner {
 };
 
 struct Seq {
-  std::vector<int> tokens;     // the whole sequence, prompt and later tokens
+  std::vector<int> tokens;      // the whole sequence, prompt and later tokens
   std::vector<int32_t> blocks;  // block table
-  int cached = 0;              // tokens whose K/V are in the cache
+  int cached = 0;               // tokens whose K/V are in the cache
 };
 
 struct StepSeq {
@@ -108,8 +120,8 @@ struct StepSeq {
 
 // Runs one execute() step; returns the logits rows (per sequence in order,
 // all new tokens or the last one) and advances seq->cached.
-Status run_step(Runner& r, const std::vector<StepSeq>& batch, std::vector<std::vector<float>>* logits,
-                int max_blocks_per_seq = 0);
+Status run_step(Runner& r, const std::vector<StepSeq>& batch,
+                std::vector<std::vector<float>>* logits, int max_blocks_per_seq = 0);
 
 // max |a - b| / max(1, max |b|)
 double rel_err(const std::vector<float>& a, const std::vector<double>& b);

@@ -93,7 +93,7 @@ ReadBandwidth measure_read_bandwidth(size_t buffer_bytes, int threads, double bu
   });
 
   std::atomic<uint64_t> sink{0};
-  double best = 0;
+  std::vector<double> rates;
   for (;;) {
     const auto t0 = clock::now();
     parallel(r.threads, [&](int t) {
@@ -102,11 +102,15 @@ ReadBandwidth measure_read_bandwidth(size_t buffer_bytes, int threads, double bu
     });
     const double s = std::chrono::duration<double>(clock::now() - t0).count();
     ++r.passes;
-    if (s > 0) best = std::max(best, static_cast<double>(buffer_bytes) / s);
+    if (s > 0) rates.push_back(static_cast<double>(buffer_bytes) / s);
     const double spent = std::chrono::duration<double>(clock::now() - start).count();
-    if (r.passes >= 2 && spent >= budget_s) break;
+    if (r.passes >= 5 && spent >= budget_s) break;
   }
-  r.bytes_per_s = best;
+  std::sort(rates.begin(), rates.end());
+  if (!rates.empty()) {
+    r.bytes_per_s = rates[rates.size() / 2];
+    r.best_bytes_per_s = rates.back();
+  }
   r.seconds = std::chrono::duration<double>(clock::now() - start).count();
   return r;
 }

@@ -398,8 +398,8 @@ void add_serve_command(CLI::App& app) {
                   "Require 'Authorization: Bearer KEY' (env HALO_API_KEY or VLLM_API_KEY); /health and /metrics stay open")
       ->envname("HALO_API_KEY");
   cmd->add_option("--dtype", o->dtype,
-                  "auto, or the checkpoint's own dtype; the cpu plugin computes in float32 from the stored weights "
-                  "(float32 accepted there)")
+                  "auto, or the checkpoint's own dtype; on the cpu plugin also bfloat16 (fp32 weights converted at "
+                  "load, bf16 GEMM) or float32 (matmuls in fp32)")
       ->capture_default_str();
   cmd->add_option("--tensor-parallel-size", o->tensor_parallel_size,
                   "Devices per model (or max); >1 is passed to the device plugin as option tensor_parallel_size (not "

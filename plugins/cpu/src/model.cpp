@@ -52,14 +52,27 @@ void prepare(halo_prepare_args* args) {
   const char* kenv = std::getenv("HALO_CPU_KERNELS");
   std::string_view kpath = kenv && *kenv ? kenv : "fast";
   const char* ksource = "HALO_CPU_KERNELS";
+  // Option dtype: the matmul precision of the fast path. auto: bf16 GEMM for
+  // 16-bit weights, fp32 for fp32 weights; bfloat16: every weight packed to
+  // bf16 (fp32 converted at load); float32: fp32 activations throughout.
+  std::string_view dtype = "auto";
   for (size_t i = 0; i < args->num_options; ++i) {
     const halo_option& o = args->options[i];
     if (o.key == nullptr) invalid("prepare: options[", i, "].key is NULL");
-    if (std::string_view(o.key) == "kernels")
-      kpath = o.value ? o.value : "", ksource = "option kernels";
+    const std::string_view key = o.key, value = o.value ? o.value : "";
+    if (key == "kernels") kpath = value, ksource = "option kernels";
+    if (key == "dtype") dtype = value;
   }
   if (kpath != "fast" && kpath != "reference")
     invalid("prepare: ", ksource, "=\"", kpath, "\" is not one of fast, reference");
+  if (dtype == "bf16") dtype = "bfloat16";
+  if (dtype == "fp32" || dtype == "float") dtype = "float32";
+  if (dtype == "float16" || dtype == "fp16" || dtype == "half")
+    invalid("prepare: option dtype=", dtype,
+            ": the cpu plugin has no fp16 arithmetic; fp16 weights run as bf16 (dtype auto or "
+            "bfloat16)");
+  if (dtype != "auto" && dtype != "bfloat16" && dtype != "float32")
+    invalid("prepare: option dtype=\"", dtype, "\" is not one of auto, bfloat16, float32");
   exe->fast = kpath == "fast";
   const char* menv = std::getenv("HALO_CPU_MATMUL");
   const std::string_view mpath = menv ? menv : "halo";
@@ -101,14 +114,14 @@ void prepare(halo_prepare_args* args) {
     const bool all_f32 =
         std::all_of(L.parts.begin(), L.parts.end(),
                     [](const kernels::WeightSource& p) { return p.dtype == DType::F32; });
-    if (use_onednn) {
+    if (dtype == "float32" || (all_f32 && dtype == "auto")) {
+      L.kind = Linear::Kind::kF32;  // fp32 activations; weights read in place
+    } else if (use_onednn) {
 #ifdef HALO_HAVE_ONEDNN
       L.kind = Linear::Kind::kOneDnn;
       L.dnnl = std::make_unique<onednn::Linear>(L.parts, L.K);
       packed_bytes += L.dnnl->weight_bytes();
 #endif
-    } else if (all_f32) {
-      L.kind = Linear::Kind::kF32;  // fp32 checkpoints keep fp32 precision
     } else {
       L.kind = Linear::Kind::kPackedBf16;
       L.packed = kernels::PackedWeight::pack(L.parts, L.K);
@@ -152,29 +165,33 @@ void prepare(halo_prepare_args* args) {
   // KV cache type: auto is bf16 for 16-bit checkpoints on the fast path, else fp32.
   const int32_t kv_asked = proposed_kv_dtype(lim);
   check_kv_dtype("cpu", kv_asked, {HALO_KV_DTYPE_FP32, HALO_KV_DTYPE_BF16});
-  const bool checkpoint16 = n16 + nf16 > nf32;
+  const bool bf16_compute =
+      exe->fast && (dtype == "bfloat16" || (dtype == "auto" && n16 + nf16 > nf32));
   const int32_t kv_agreed = kv_asked != HALO_KV_DTYPE_AUTO ? kv_asked
-                            : exe->fast && checkpoint16    ? HALO_KV_DTYPE_BF16
+                            : bf16_compute                 ? HALO_KV_DTYPE_BF16
                                                            : HALO_KV_DTYPE_FP32;
   exe->kv_dtype = kv_agreed == HALO_KV_DTYPE_BF16 ? DType::BF16 : DType::F32;
 
   // One line on what runs, since the choice changes speed and numerics.
   if (exe->fast) {
-    std::fprintf(stderr,
-                 "halo cpu: fast kernels (%s matmul%s), %zu threads; weights: %.0f MB bf16%s%s "
-                 "packed into %.0f MB; "
-                 "fp32 weights %s; KV cache %s\n",
-                 use_onednn ? "oneDNN bf16"
-                            : (kernels::cpu_has_avx512_bf16() ? "avx512-bf16" : "portable bf16"),
-                 use_onednn ? "" : " GEMM", static_cast<size_t>(args->device->threads),
-                 2e-6 * double(n16), nf16 ? ", fp16 converted to bf16 at load" : "", "",
-                 1e-6 * double(packed_bytes), nf32 ? "kept in fp32 (exact, slower)" : "none",
-                 kv_dtype_name(kv_agreed));
-  } else {
+    const char* gemm = use_onednn                       ? "oneDNN bf16 matmul"
+                       : kernels::cpu_has_avx512_bf16() ? "avx512-bf16 GEMM"
+                                                        : "portable bf16 GEMM";
     std::fprintf(
         stderr,
-        "halo cpu: reference kernels (HALO_CPU_KERNELS=reference), fp32 compute; KV cache %s\n",
+        "halo cpu: fast kernels, %d threads, dtype %.*s: %s over %.0f MB of packed weights "
+        "(%.0f MB bf16%s%s)%s; KV cache %s\n",
+        args->device->threads, static_cast<int>(dtype.size()), dtype.data(), gemm,
+        1e-6 * double(packed_bytes), 2e-6 * double(n16),
+        nf16 && dtype != "float32" ? ", fp16 converted to bf16 at load" : "",
+        nf32 && dtype == "bfloat16" ? ", fp32 converted to bf16 at load" : "",
+        nf32 && dtype != "bfloat16" ? "; fp32 weights kept fp32 (pass dtype bfloat16 to convert)"
+        : dtype == "float32"        ? "; matmuls in fp32 (dtype float32)"
+                                    : "",
         kv_dtype_name(kv_agreed));
+  } else {
+    std::fprintf(stderr, "halo cpu: reference kernels (%s=reference), fp32 compute; KV cache %s\n",
+                 ksource, kv_dtype_name(kv_agreed));
   }
 
   // Limits.

@@ -20,10 +20,14 @@
 //  - M <= 8 (decode): bandwidth bound. One row tile holds all M rows, so
 //    every weight byte is read once; column panels are split into contiguous
 //    chunks per task (optional software prefetch, see kPrefetchPairs).
-//  - M > 8 (prefill): compute bound. 6x4 microkernel (24 accumulators); a
-//    task owns a 64-column panel (and a block of rows when there are few
-//    panels); K is cut into blocks so the panel's slice (128 KiB) stays in L2
-//    while all the task's row tiles pass over it.
+//  - M > 8 (prefill, large decode batches): compute bound. 6x4 microkernel
+//    (24 accumulators) over row tiles of near-equal height; a task owns a
+//    contiguous range of 64-column panels (or one panel and a block of rows
+//    when there are few panels); K is cut into blocks so the panel's slice
+//    (128 KiB) stays in L2 while all the row tiles pass over it, and the next
+//    block is prefetched a line per k-pair across those tiles, so reading it
+//    from DRAM does not stall the first tile (decode at batch 32: 290 -> 225
+//    ms per TinyLlama step).
 #include "halo/kernels/gemm_bf16.h"
 
 #include <algorithm>
