@@ -36,20 +36,6 @@ int32_t parse_kv_cache_dtype(const std::string& s) {
       s));
 }
 
-const char* kv_cache_dtype_name(int32_t d) {
-  switch (d) {
-    case HALO_KV_DTYPE_AUTO:
-      return "auto";
-    case HALO_KV_DTYPE_FP32:
-      return "fp32";
-    case HALO_KV_DTYPE_BF16:
-      return "bf16";
-    case HALO_KV_DTYPE_FP16:
-      return "fp16";
-    default:
-      return "unknown";
-  }
-}
 
 LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::LoadedModel> model)
     : config_(config), model_(std::move(model)) {
@@ -96,8 +82,8 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   if (kv_dtype_asked != HALO_KV_DTYPE_AUTO && limits_.kv_cache_dtype != kv_dtype_asked)
     throw Error(fmt::format(
         "--kv-cache-dtype={} contradicts the device: plugin '{}' stores the KV cache as {}",
-        kv_cache_dtype_name(kv_dtype_asked), plugin_->name(),
-        kv_cache_dtype_name(limits_.kv_cache_dtype)));
+        halo_kv_dtype_name(kv_dtype_asked), plugin_->name(),
+        halo_kv_dtype_name(limits_.kv_cache_dtype)));
   if (limits_.max_num_seqs <= 0 || limits_.max_model_len <= 0 ||
       limits_.max_num_batched_tokens <= 0 || limits_.block_size <= 0) {
     throw Error(
@@ -145,7 +131,7 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   spdlog::info(
       "KV cache: {} bytes/token ({} per layer x {} layers, {}), block_size={} -> {} bytes/block",
       per_token, per_token / std::max(1, spec.num_layers), spec.num_layers,
-      plugin_->api().abi_minor >= 2 ? kv_cache_dtype_name(limits_.kv_cache_dtype)
+      plugin_->api().abi_minor >= 2 ? halo_kv_dtype_name(limits_.kv_cache_dtype)
                                     : "dtype not reported",
       bs, per_block);
   spdlog::info("KV cache: {} blocks = {} tokens ({}) from {}", num_blocks, num_blocks * bs,

@@ -42,7 +42,6 @@ struct EngineConfig {
 // --kv-cache-dtype as the ABI's halo_kv_dtype; throws halo::Error naming the
 // accepted spellings (auto, fp32/float32, bf16/bfloat16, fp16/float16/half).
 int32_t parse_kv_cache_dtype(const std::string& s);
-const char* kv_cache_dtype_name(int32_t d);
 
 struct RequestOutput {
   std::string request_id;

@@ -642,8 +642,8 @@ void run_latency(const LatencyOptions& o) {
   if (kv_dtype_asked != HALO_KV_DTYPE_AUTO && lim.kv_cache_dtype != kv_dtype_asked)
     throw Error(fmt::format(
         "--kv-cache-dtype={} contradicts the device: plugin '{}' stores the KV cache as {}",
-        engine::kv_cache_dtype_name(kv_dtype_asked), plugin->name(),
-        engine::kv_cache_dtype_name(lim.kv_cache_dtype)));
+        halo_kv_dtype_name(kv_dtype_asked), plugin->name(),
+        halo_kv_dtype_name(lim.kv_cache_dtype)));
   if (lim.block_size <= 0 || lim.kv_bytes_per_block == 0 || lim.max_num_seqs <= 0 ||
       lim.max_num_batched_tokens <= 0)
     throw Error(fmt::format(
@@ -656,7 +656,7 @@ void run_latency(const LatencyOptions& o) {
         "plugin '{}' agreed max_model_len={}, less than --input-len={} + --output-len={}",
         plugin->name(), lim.max_model_len, o.input_len, o.output_len));
   const std::string kv_dtype =
-      has_kv_dtype ? engine::kv_cache_dtype_name(lim.kv_cache_dtype) : "not reported";
+      has_kv_dtype ? halo_kv_dtype_name(lim.kv_cache_dtype) : "not reported";
   const bool chunked = e.enable_chunked_prefill && (lim.capabilities & HALO_CAP_CHUNKED_PREFILL);
 
   // KV cache: every sequence of the largest runnable batch owns its blocks.

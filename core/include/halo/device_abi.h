@@ -229,6 +229,17 @@ typedef enum halo_kv_dtype {
   HALO_KV_DTYPE_FP16 = 3,
 } halo_kv_dtype;
 
+/* Name of a halo_kv_dtype for messages ("auto", "fp32", "bf16", "fp16"). */
+static inline const char* halo_kv_dtype_name(int32_t d) {
+  switch (d) {
+    case HALO_KV_DTYPE_AUTO: return "auto";
+    case HALO_KV_DTYPE_FP32: return "fp32";
+    case HALO_KV_DTYPE_BF16: return "bf16";
+    case HALO_KV_DTYPE_FP16: return "fp16";
+    default: return "unknown";
+  }
+}
+
 typedef struct halo_prepare_args {
   size_t struct_size;
   halo_device* device;

@@ -16,13 +16,37 @@ void grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
-// Shared per-step bookkeeping: which sequence each token belongs to and how
-// many sequence indices it attends to; embeddings and RoPE angles.
-void begin_step(halo_executable& exe, const halo_execute_args& a, size_t width_x) {
+// Sizes of one step.
+struct Dims {
+  size_t T, H, I, hd, half, nh, nkv, group, NQ, NKV, NQKV, L;
+};
+
+// Shared per-step bookkeeping: grows the scratch buffers, records which
+// sequence each token belongs to and how many sequence indices it attends
+// to, and fills embeddings and RoPE angles.
+Dims begin_step(halo_executable& exe, const halo_execute_args& a) {
+  Dims d{};
+  d.T = static_cast<size_t>(a.num_tokens);
+  d.H = static_cast<size_t>(exe.hidden);
+  d.I = static_cast<size_t>(exe.inter);
+  d.hd = static_cast<size_t>(exe.head_dim);
+  d.half = d.hd / 2;
+  d.nh = static_cast<size_t>(exe.heads);
+  d.nkv = static_cast<size_t>(exe.kv_heads);
+  d.group = d.nh / d.nkv;
+  d.NQ = d.nh * d.hd;
+  d.NKV = d.nkv * d.hd;
+  d.NQKV = d.NQ + 2 * d.NKV;
+  d.L = static_cast<size_t>(a.num_logits);
+  const size_t T = d.T, H = d.H, half = d.half;
   auto& sc = exe.scratch;
-  const size_t T = static_cast<size_t>(a.num_tokens);
-  const size_t H = static_cast<size_t>(exe.hidden), half = static_cast<size_t>(exe.head_dim) / 2;
-  grow(sc.x, T * width_x);
+  grow(sc.x, T * H);
+  grow(sc.h, T * H);
+  grow(sc.tmp, T * H);
+  grow(sc.qkv, T * d.NQKV);
+  grow(sc.attn, T * d.NQ);
+  grow(sc.gu, T * 2 * d.I);
+  grow(sc.final_rows, std::max<size_t>(d.L, 1) * H);
   grow(sc.cos, T * half);
   grow(sc.sin, T * half);
   grow(sc.tok_seq, T);
@@ -37,11 +61,11 @@ void begin_step(halo_executable& exe, const halo_execute_args& a, size_t width_x
   const size_t esz = kernels::dtype_size(exe.embed.dtype);
   float *x = sc.x.data(), *cs = sc.cos.data(), *sn = sc.sin.data();
   exe.device->pool.parallel_for(T, [&](size_t t, int) {
-    kernels::to_f32(
-        static_cast<const char*>(exe.embed.data) + static_cast<size_t>(a.token_ids[t]) * H * esz,
-        exe.embed.dtype, x + t * H, H);
+    kernels::to_f32(static_cast<const char*>(exe.embed.data) + static_cast<size_t>(a.token_ids[t]) * H * esz,
+                    exe.embed.dtype, x + t * H, H);
     kernels::rope_cos_sin(a.positions[t], exe.inv_freq.data(), half, cs + t * half, sn + t * half);
   });
+  return d;
 }
 
 kernels::KvLayer kv_layer(const halo_executable& exe, const halo_kv_cache& kv, size_t l) {
@@ -87,24 +111,11 @@ void run_linear(halo_executable& exe, const Linear& L, const float* x, size_t M,
 
 void forward_fast(halo_executable& exe, const halo_kv_cache& kv, const halo_execute_args& a) {
   kernels::ThreadPool& pool = exe.device->pool;
-  const size_t T = static_cast<size_t>(a.num_tokens);
-  const size_t H = static_cast<size_t>(exe.hidden), I = static_cast<size_t>(exe.inter);
-  const size_t hd = static_cast<size_t>(exe.head_dim), half = hd / 2;
-  const size_t nh = static_cast<size_t>(exe.heads), nkv = static_cast<size_t>(exe.kv_heads);
-  const size_t group = nh / nkv;
-  const size_t NQ = nh * hd, NKV = nkv * hd, NQKV = NQ + 2 * NKV;
-  const size_t L = static_cast<size_t>(a.num_logits);
+  auto& sc = exe.scratch;
+  const Dims d = begin_step(exe, a);
+  const auto [T, H, I, hd, half, nh, nkv, group, NQ, NKV, NQKV, L] = d;
   const float eps = exe.eps;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-
-  auto& sc = exe.scratch;
-  begin_step(exe, a, H);
-  grow(sc.h, T * H);
-  grow(sc.tmp, T * H);
-  grow(sc.qkv, T * NQKV);
-  grow(sc.attn, T * NQ);
-  grow(sc.gu, T * 2 * I);
-  grow(sc.final_rows, std::max<size_t>(L, 1) * H);
   float *x = sc.x.data(), *h = sc.h.data(), *tmp = sc.tmp.data(), *qkv = sc.qkv.data(),
         *attn = sc.attn.data();
   float *gu = sc.gu.data(), *cs = sc.cos.data(), *sn = sc.sin.data();
@@ -186,24 +197,11 @@ void forward_fast(halo_executable& exe, const halo_kv_cache& kv, const halo_exec
 
 void forward_reference(halo_executable& exe, const halo_kv_cache& kv, const halo_execute_args& a) {
   kernels::ThreadPool& pool = exe.device->pool;
-  const size_t T = static_cast<size_t>(a.num_tokens);
-  const size_t H = static_cast<size_t>(exe.hidden), I = static_cast<size_t>(exe.inter);
-  const size_t hd = static_cast<size_t>(exe.head_dim), half = hd / 2;
-  const size_t nh = static_cast<size_t>(exe.heads), nkv = static_cast<size_t>(exe.kv_heads);
-  const size_t group = nh / nkv;
-  const size_t NQ = nh * hd, NKV = nkv * hd, NQKV = NQ + 2 * NKV;
-  const size_t L = static_cast<size_t>(a.num_logits);
+  auto& sc = exe.scratch;
+  const Dims d = begin_step(exe, a);
+  const auto [T, H, I, hd, half, nh, nkv, group, NQ, NKV, NQKV, L] = d;
   const float eps = exe.eps;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-
-  auto& sc = exe.scratch;
-  begin_step(exe, a, H);
-  grow(sc.h, T * H);
-  grow(sc.tmp, T * H);
-  grow(sc.qkv, T * NQKV);
-  grow(sc.attn, T * NQ);
-  grow(sc.gu, T * 2 * I);
-  grow(sc.final_rows, std::max<size_t>(L, 1) * H);
   float *x = sc.x.data(), *h = sc.h.data(), *tmp = sc.tmp.data(), *qkv = sc.qkv.data(),
         *attn = sc.attn.data();
   float *gu = sc.gu.data(), *cs = sc.cos.data(), *sn = sc.sin.data();

@@ -188,10 +188,10 @@ void prepare(halo_prepare_args* args) {
         nf32 && dtype != "bfloat16" ? "; fp32 weights kept fp32 (pass dtype bfloat16 to convert)"
         : dtype == "float32"        ? "; matmuls in fp32 (dtype float32)"
                                     : "",
-        kv_dtype_name(kv_agreed));
+        halo_kv_dtype_name(kv_agreed));
   } else {
     std::fprintf(stderr, "halo cpu: reference kernels (%s=reference), fp32 compute; KV cache %s\n",
-                 ksource, kv_dtype_name(kv_agreed));
+                 ksource, halo_kv_dtype_name(kv_agreed));
   }
 
   // Limits.

@@ -310,20 +310,6 @@ int32_t proposed_kv_dtype(const halo_limits* lim) {
                                                           : HALO_KV_DTYPE_AUTO;
 }
 
-const char* kv_dtype_name(int32_t d) {
-  switch (d) {
-    case HALO_KV_DTYPE_AUTO:
-      return "auto";
-    case HALO_KV_DTYPE_FP32:
-      return "fp32";
-    case HALO_KV_DTYPE_BF16:
-      return "bf16";
-    case HALO_KV_DTYPE_FP16:
-      return "fp16";
-    default:
-      return "unknown";
-  }
-}
 
 void check_kv_dtype(const char* plugin, int32_t proposed,
                     std::initializer_list<int32_t> supported) {
@@ -332,9 +318,9 @@ void check_kv_dtype(const char* plugin, int32_t proposed,
   for (int32_t d : supported) {
     if (d == proposed) return;
     names += names.empty() ? "" : ", ";
-    names += kv_dtype_name(d);
+    names += halo_kv_dtype_name(d);
   }
-  invalid("prepare: limits.kv_cache_dtype=", proposed, " (", kv_dtype_name(proposed),
+  invalid("prepare: limits.kv_cache_dtype=", proposed, " (", halo_kv_dtype_name(proposed),
           ") is not supported by plugin '", plugin, "' (supported: auto, ", names, ")");
 }
 

@@ -58,9 +58,8 @@ kernels::RopeParams rope_params(const halo_model_spec& s);
 // bf16, fp16, int32, int64, uint8) and the bytes of a contiguous host tensor;
 // both throw INVALID_ARGUMENT naming `where` for anything else.
 // v1.2 KV cache dtype negotiation. The type a caller proposed (AUTO when the
-// caller is older than v1.2); a name for messages ("auto", "fp32", ...).
+// caller is older than v1.2).
 int32_t proposed_kv_dtype(const halo_limits* lim);
-const char* kv_dtype_name(int32_t d);
 // Fails prepare with INVALID_ARGUMENT naming the plugin and the type unless
 // `proposed` is AUTO or one of `supported`.
 void check_kv_dtype(const char* plugin, int32_t proposed, std::initializer_list<int32_t> supported);
