@@ -272,6 +272,36 @@ KvCache::~KvCache() {
   if (handle_) executable_->device().plugin().api().kv_cache_destroy(handle_);
 }
 
+void KvCache::execute(const StepInputs& in, int64_t vocab, std::vector<float>& logits) {
+  const size_t need = in.logits_indices.size() * static_cast<size_t>(vocab);
+  if (logits.size() < need) logits.resize(need);
+  int64_t shape[2] = {static_cast<int64_t>(in.logits_indices.size()), vocab};
+  DLTensor out{};
+  out.data = logits.data();
+  out.device = {kDLCPU, 0};
+  out.ndim = 2;
+  out.dtype = {kDLFloat, 32, 1};
+  out.shape = shape;
+  halo_execute_args args{};
+  args.struct_size = sizeof(args);
+  args.executable = executable_->handle();
+  args.kv_cache = handle_;
+  args.num_tokens = static_cast<int32_t>(in.token_ids.size());
+  args.token_ids = in.token_ids.data();
+  args.positions = in.positions.data();
+  args.slot_mapping = in.slot_mapping.data();
+  args.num_seqs = static_cast<int32_t>(in.query_start.size()) - 1;
+  args.query_start = in.query_start.data();
+  args.context_lens = in.context_lens.data();
+  args.block_tables = in.block_tables.data();
+  args.max_blocks_per_seq = in.max_blocks_per_seq;
+  args.num_logits = static_cast<int32_t>(in.logits_indices.size());
+  args.logits_indices = in.logits_indices.data();
+  args.logits = &out;
+  auto& plugin = executable_->device().plugin();
+  plugin.check(plugin.api().execute(&args), "execute");
+}
+
 void KvCache::copy_blocks(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) {
   if (src.size() != dst.size()) throw Error("copy_blocks: src and dst differ in length");
   if (src.empty()) return;

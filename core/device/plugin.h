@@ -22,8 +22,7 @@ namespace halo::device {
 // An error a plugin reported: its status code and message.
 class DeviceError : public Error {
  public:
-  DeviceError(halo_status_code code, const std::string& message)
-      : Error(message), code_(code) {}
+  DeviceError(halo_status_code code, const std::string& message) : Error(message), code_(code) {}
   halo_status_code code() const { return code_; }
 
  private:
@@ -146,6 +145,15 @@ class Executable {
   halo_limits limits_{};
 };
 
+// The flat host inputs of one execute() step, as halo_execute_args takes
+// them; the owner refills them each step and reuses their memory.
+struct StepInputs {
+  std::vector<int32_t> token_ids, positions, query_start, context_lens, block_tables,
+      logits_indices;
+  std::vector<int64_t> slot_mapping;
+  int32_t max_blocks_per_seq = 0;  // block_tables is [num_seqs, max_blocks_per_seq]
+};
+
 class KvCache {
  public:
   KvCache(std::shared_ptr<Executable> executable, int num_blocks, int block_size);
@@ -157,6 +165,10 @@ class KvCache {
   int num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
   void copy_blocks(const std::vector<int32_t>& src, const std::vector<int32_t>& dst);
+  // Runs one step on this cache's executable (num_seqs = query_start.size() - 1)
+  // and writes one fp32 row of `vocab` logits per logits index into `logits`,
+  // grown as needed.
+  void execute(const StepInputs& in, int64_t vocab, std::vector<float>& logits);
 
  private:
   std::shared_ptr<Executable> executable_;

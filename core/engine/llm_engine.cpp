@@ -162,7 +162,7 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
         plugin_->name(), sc.max_num_batched_tokens, sc.max_model_len));
   }
   scheduler_ = std::make_unique<Scheduler>(sc, *blocks_);
-  runner_ = std::make_unique<ModelRunner>(*executable_, *kv_cache_, spec.vocab_size);
+  runner_ = std::make_unique<ModelRunner>(*kv_cache_, spec.vocab_size);
   eos_ids_ = mc.eos_token_ids;
   spdlog::info(
       "engine ready on {} ({}): max_num_seqs={} max_model_len={} max_num_batched_tokens={} "

@@ -13,7 +13,8 @@ namespace halo::engine {
 
 class ModelRunner {
  public:
-  ModelRunner(device::Executable& executable, device::KvCache& kv_cache, int vocab_size);
+  // Runs steps on kv_cache and the executable it was created for.
+  ModelRunner(device::KvCache& kv_cache, int vocab_size);
 
   // Runs the step. Afterwards, for scheduled[i], logits_row(i) is its logits
   // row, or nullptr when that sequence does not sample this step (a prefill
@@ -33,13 +34,10 @@ class ModelRunner {
   float* logits_at(int row) { return &logits_[row * vocab_]; }
 
  private:
-  device::Executable& executable_;
   device::KvCache& kv_cache_;
   int64_t vocab_;
   int block_size_;
-  std::vector<int32_t> token_ids_, positions_, query_start_, context_lens_, block_tables_,
-      logits_indices_;
-  std::vector<int64_t> slot_mapping_;
+  device::StepInputs in_;
   std::vector<int> row_of_;
   std::vector<PromptRows> prompt_rows_;
   std::vector<float> logits_;

@@ -89,7 +89,7 @@ std::vector<float> halo_last_logits(std::shared_ptr<const model::LoadedModel> mo
   EXPECT_TRUE(blocks.allocate_slots(seq, seq.num_tokens()));
   engine::SchedulerOutput step;
   step.scheduled.push_back({&seq, seq.num_tokens()});
-  engine::ModelRunner runner(*exe, cache, model->config().spec.vocab_size);
+  engine::ModelRunner runner(cache, model->config().spec.vocab_size);
   runner.execute(step);
   float* row = runner.logits_row(0);
   return std::vector<float>(row, row + model->config().spec.vocab_size);

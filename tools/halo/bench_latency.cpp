@@ -401,8 +401,8 @@ struct Piece {
 
 class Stepper {
  public:
-  Stepper(device::Executable& exe, device::KvCache& kv, int vocab, int blocks_per_seq)
-      : exe_(exe), kv_(kv), vocab_(vocab), bps_(blocks_per_seq), bs_(kv.block_size()) {}
+  Stepper(device::KvCache& kv, int vocab, int blocks_per_seq)
+      : kv_(kv), vocab_(vocab), bps_(blocks_per_seq), bs_(kv.block_size()) {}
 
   // Runs one execute over `pieces`; `token_at(seq, pos)` gives the token ids.
   // Logits are asked for the last row of a piece that ends at `logits_from`
@@ -411,56 +411,32 @@ class Stepper {
   template <class TokenAt>
   double run(const std::vector<Piece>& pieces, TokenAt&& token_at, int logits_from,
              int* logits_rows) {
-    tokens_.clear();
-    positions_.clear();
-    slots_.clear();
-    query_start_.assign(1, 0);
-    context_lens_.clear();
-    logits_indices_.clear();
-    block_tables_.assign(pieces.size() * static_cast<size_t>(bps_), -1);
+    in_.token_ids.clear();
+    in_.positions.clear();
+    in_.slot_mapping.clear();
+    in_.query_start.assign(1, 0);
+    in_.context_lens.clear();
+    in_.logits_indices.clear();
+    in_.block_tables.assign(pieces.size() * static_cast<size_t>(bps_), -1);
     for (size_t i = 0; i < pieces.size(); ++i) {
       const Piece& p = pieces[i];
       for (int pos = p.start; pos < p.start + p.count; ++pos) {
-        tokens_.push_back(token_at(p.seq, pos));
-        positions_.push_back(pos);
-        slots_.push_back(int64_t(block_of(p.seq, pos / bs_)) * bs_ + pos % bs_);
+        in_.token_ids.push_back(token_at(p.seq, pos));
+        in_.positions.push_back(pos);
+        in_.slot_mapping.push_back(int64_t(block_of(p.seq, pos / bs_)) * bs_ + pos % bs_);
       }
-      query_start_.push_back(static_cast<int32_t>(tokens_.size()));
-      context_lens_.push_back(p.start + p.count);
+      in_.query_start.push_back(static_cast<int32_t>(in_.token_ids.size()));
+      in_.context_lens.push_back(p.start + p.count);
       for (int b = 0; b < bps_; ++b)
-        block_tables_[i * static_cast<size_t>(bps_) + static_cast<size_t>(b)] = block_of(p.seq, b);
+        in_.block_tables[i * static_cast<size_t>(bps_) + static_cast<size_t>(b)] =
+            block_of(p.seq, b);
       if (p.start + p.count >= logits_from)
-        logits_indices_.push_back(static_cast<int32_t>(tokens_.size()) - 1);
+        in_.logits_indices.push_back(static_cast<int32_t>(in_.token_ids.size()) - 1);
     }
-    if (logits_rows) *logits_rows = static_cast<int>(logits_indices_.size());
-    const size_t need = logits_indices_.size() * static_cast<size_t>(vocab_);
-    if (logits_.size() < need) logits_.resize(need);
-    int64_t shape[2] = {static_cast<int64_t>(logits_indices_.size()), vocab_};
-    DLTensor logits{};
-    logits.data = logits_.data();
-    logits.device = {kDLCPU, 0};
-    logits.ndim = 2;
-    logits.dtype = {kDLFloat, 32, 1};
-    logits.shape = shape;
-    halo_execute_args a{};
-    a.struct_size = sizeof(a);
-    a.executable = exe_.handle();
-    a.kv_cache = kv_.handle();
-    a.num_tokens = static_cast<int32_t>(tokens_.size());
-    a.token_ids = tokens_.data();
-    a.positions = positions_.data();
-    a.slot_mapping = slots_.data();
-    a.num_seqs = static_cast<int32_t>(pieces.size());
-    a.query_start = query_start_.data();
-    a.context_lens = context_lens_.data();
-    a.block_tables = block_tables_.data();
-    a.max_blocks_per_seq = bps_;
-    a.num_logits = static_cast<int32_t>(logits_indices_.size());
-    a.logits_indices = logits_indices_.data();
-    a.logits = &logits;
-    auto& plugin = exe_.device().plugin();
+    if (logits_rows) *logits_rows = static_cast<int>(in_.logits_indices.size());
+    in_.max_blocks_per_seq = bps_;
     const auto t0 = clock_type::now();
-    plugin.check(plugin.api().execute(&a), "execute");
+    kv_.execute(in_, vocab_, logits_);
     return std::chrono::duration<double>(clock_type::now() - t0).count();
   }
 
@@ -469,12 +445,9 @@ class Stepper {
     return seq * bps_ + k;
   }  // sequence s owns blocks [s*bps, (s+1)*bps)
 
-  device::Executable& exe_;
   device::KvCache& kv_;
   int vocab_, bps_, bs_;
-  std::vector<int32_t> tokens_, positions_, query_start_, context_lens_, logits_indices_,
-      block_tables_;
-  std::vector<int64_t> slots_;
+  device::StepInputs in_;
   std::vector<float> logits_;
 };
 
@@ -677,7 +650,7 @@ void run_latency(const LatencyOptions& o) {
     throw Error("the KV cache needs more than 2^31 blocks");
   device::KvCache kv(exe, static_cast<int>(num_blocks), bs);
   const double kv_per_token = double(lim.kv_bytes_per_block) / bs;
-  Stepper stepper(*exe, kv, spec.vocab_size, bps);
+  Stepper stepper(kv, spec.vocab_size, bps);
 
   // Header.
   fmt::print("model            {}\n", bm.description);

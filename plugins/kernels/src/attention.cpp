@@ -26,6 +26,7 @@
 #include <cstring>
 #include <limits>
 
+#include "halo/kernels/kernels.h"
 #include "simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -192,26 +193,6 @@ void add_rmsnorm_generic(float* x, const float* delta, const float* w, size_t n,
   for (float v : acc) ss += v;
   const float r = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
   for (size_t i = 0; i < n; ++i) out[i] = x[i] * r * w[i];
-}
-
-void silu_mul_generic(const float* gate, const float* up, float* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
-}
-
-void rope_generic(float* x, size_t num_heads, size_t head_dim, const float* c, const float* s) {
-  const size_t half = head_dim / 2;
-  for (size_t h = 0; h < num_heads; ++h) {
-    float* v = x + h * head_dim;
-    for (size_t i = 0; i < half; ++i) {
-      const float a = v[i];
-      const float b = v[i + half];
-      v[i] = a * c[i] - b * s[i];
-      v[i + half] = b * c[i] + a * s[i];
-    }
-  }
 }
 
 // ------------------------------------------------------------------ AVX-512
@@ -686,7 +667,7 @@ void silu_mul_fast(const float* gate, const float* up, float* out, size_t n) {
 #ifdef HALO_HAVE_AVX512_PATH
   if (use_avx512()) return silu_mul_avx512(gate, up, out, n);
 #endif
-  silu_mul_generic(gate, up, out, n);
+  silu_mul(gate, up, out, n);  // the portable kernel of ops.cpp
 }
 
 void rope_neox_fast(float* x, size_t num_heads, size_t head_dim, const float* cos_half,
@@ -694,7 +675,7 @@ void rope_neox_fast(float* x, size_t num_heads, size_t head_dim, const float* co
 #ifdef HALO_HAVE_AVX512_PATH
   if (use_avx512()) return rope_avx512(x, num_heads, head_dim, cos_half, sin_half);
 #endif
-  rope_generic(x, num_heads, head_dim, cos_half, sin_half);
+  rope_neox(x, num_heads, head_dim, cos_half, sin_half);  // the portable kernel of ops.cpp
 }
 
 }  // namespace halo::kernels
