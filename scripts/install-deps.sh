@@ -11,6 +11,8 @@ build_pkgs=(
   libyaml-cpp-dev libboost-dev libboost-filesystem-dev libdlpack-dev libze-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libutf8proc-dev libdnnl-dev
+  # libdnnl-dev only recommends it, but its CMake config requires OpenCL.
+  ocl-icd-opencl-dev
 )
 test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm curl)
 
