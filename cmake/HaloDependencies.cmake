@@ -11,6 +11,10 @@ find_package(yaml-cpp CONFIG REQUIRED)
 find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
+# Hugging Face Hub downloads (core/model/hf_hub.cpp): libcurl4-openssl-dev;
+# libssl-dev (optional) lets them verify the sha256 of LFS files.
+find_package(CURL REQUIRED)
+find_package(OpenSSL QUIET COMPONENTS Crypto)
 
 if(HALO_BUILD_TESTS)
   find_package(GTest CONFIG REQUIRED)

@@ -13,8 +13,12 @@ build_pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libutf8proc-dev libdnnl-dev
   # libdnnl-dev only recommends it, but its CMake config requires OpenCL.
   ocl-icd-opencl-dev
+  # Hugging Face Hub downloads (HTTPS) and the CA bundle they verify against.
+  libcurl4-openssl-dev libssl-dev ca-certificates
+  # The quick start's example request.
+  curl
 )
-test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm curl)
+test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm)
 
 want=("${build_pkgs[@]}")
 if [[ "${1:-}" == "--test" ]]; then want+=("${test_pkgs[@]}"); fi

@@ -66,9 +66,12 @@ fs::path resolve_plugin(const std::string& name_or_path) {
   }
   std::string known;
   for (const auto& f : find_plugin_files()) known.append(known.empty() ? "" : ", ").append(f.name);
+  // Every in-tree plugin is the CMake target halo_plugin_<name>; a quick
+  // start that built only the cpu one needs to be told which to build.
   throw Error(fmt::format("no plugin for device '{}': {} not found in [{}] (set HALO_PLUGIN_PATH); "
-                          "plugins found: {}",
-                          name_or_path, file, searched, known.empty() ? "none" : known));
+                          "plugins found: {}. In a source build, build it with: cmake --build build --target "
+                          "halo_plugin_{}",
+                          name_or_path, file, searched, known.empty() ? "none" : known, name_or_path));
 }
 
 // Oldest table size a v1 host can use: everything up to executable_destroy.

@@ -396,7 +396,8 @@ bool AsyncEngine::healthy() const {
 }
 
 std::vector<RequestResult> AsyncEngine::generate(
-    const std::vector<std::pair<std::vector<int32_t>, RequestOptions>>& batch) {
+    const std::vector<std::pair<std::vector<int32_t>, RequestOptions>>& batch,
+    const std::function<void(size_t)>& on_done) {
   static std::atomic<uint64_t> batch_counter{0};
   uint64_t tag = batch_counter++;
   std::vector<std::shared_ptr<RequestStream>> streams;
@@ -426,6 +427,7 @@ std::vector<RequestResult> AsyncEngine::generate(
       if (!ev.error.empty()) results[i].error = ev.error;
     }
     results[i].prompt_logprobs = streams[i]->prompt_logprobs();
+    if (on_done) on_done(i);
   }
   return results;
 }

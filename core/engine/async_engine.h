@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -106,8 +107,10 @@ class AsyncEngine {
   // event with reason kAbort for every open choice. Unknown ids are ignored.
   void abort(const std::string& request_id);
 
-  // Offline: runs every request together and waits for all of them.
-  std::vector<RequestResult> generate(const std::vector<std::pair<std::vector<int32_t>, RequestOptions>>& batch);
+  // Offline: runs every request together and waits for all of them;
+  // `on_done(i)`, if given, is called on the caller's thread as result i completes.
+  std::vector<RequestResult> generate(const std::vector<std::pair<std::vector<int32_t>, RequestOptions>>& batch,
+                                      const std::function<void(size_t)>& on_done = {});
 
   const text::Tokenizer& tokenizer() const { return tokenizer_; }
   const LLMEngine& engine() const { return *engine_; }  // immutable facts only (limits, model)

@@ -158,6 +158,35 @@ std::optional<text::ChatTemplate> chat_template(const std::string& option, const
   return tpl;
 }
 
+std::string origin_of(const ModelSettings& s, const std::string& key) {
+  auto it = s.origin.find(key);
+  return it == s.origin.end() ? "default" : it->second;
+}
+
+// The directory to load: the compiled model, else the model directory or Hub
+// id resolved (from the cache; downloaded unless `offline`). Errors name
+// where the setting came from.
+fs::path model_dir(const ModelSettings& s, bool offline) {
+  const bool compiled = !s.compiled_model_dir.empty();
+  const std::string key = compiled ? "compiled-model-dir" : "model";
+  fs::path dir;
+  if (compiled) {
+    dir = s.compiled_model_dir;
+  } else {
+    model::HubOptions hub = s.hub;
+    hub.offline = hub.offline || offline;
+    try {
+      dir = model::resolve_model(s.dir.string(), hub);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{} (model from {})", e.what(), origin_of(s, key)));
+    }
+  }
+  if (!fs::exists(dir / "config.json"))
+    throw Error(fmt::format("{}: not a model directory (no config.json) (model from {})", dir.string(),
+                            origin_of(s, key)));
+  return dir;
+}
+
 struct Device {
   std::shared_ptr<device::Plugin> plugin;
   device::DeviceInfo info;
@@ -173,11 +202,8 @@ size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& serve
   for (const auto& s : models) {
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      const fs::path dir = s.load_dir();
-      if (!fs::exists(dir / "config.json"))
-        throw Error(fmt::format("{}: not a model directory (no config.json) (model from {})",
-                                dir.string(),
-                                s.origin.count("model") ? s.origin.at("model") : "default"));
+      const fs::path dir = model_dir(s, false);
+      const fs::path tokenizer_dir = s.tokenizer.empty() ? dir : model::resolve_model(s.tokenizer, s.hub);
       engine::EngineConfig ec = s.engine;
       const std::string key = fmt::format("{}:{}", ec.device, ec.device_index);
       if (!devices.count(key)) {
@@ -220,8 +246,8 @@ size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& serve
                    human_bytes(free_bytes), key);
 
       auto loaded = std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir));
-      auto tokenizer = text::Tokenizer::from_model_dir(dir);
-      auto tpl = chat_template(options.chat_template, dir);
+      auto tokenizer = text::Tokenizer::from_model_dir(tokenizer_dir);
+      auto tpl = chat_template(options.chat_template, tokenizer_dir);
       auto eng = std::make_shared<engine::AsyncEngine>(ec, loaded, std::move(tokenizer));
       std::vector<std::string> names{s.name};
       names.insert(names.end(), s.extra_names.begin(), s.extra_names.end());
@@ -242,6 +268,28 @@ size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& serve
     }
   }
   return served;
+}
+
+std::string check_settings(const ModelSettings& s) {
+  fs::path dir;
+  try {
+    dir = model_dir(s, /*offline=*/true);
+  } catch (const Error& e) {
+    // A Hub id not in the cache yet is fine: loading downloads it.
+    if (s.compiled_model_dir.empty() && !fs::exists(s.dir) && model::looks_like_hub_id(s.dir.string()) &&
+        !model::offline_mode(s.hub)) {
+      spdlog::info("model '{}': {} is not in the Hugging Face cache yet; it is downloaded when the model loads",
+                   s.name, s.dir.string());
+      return "";
+    }
+    return e.what();
+  }
+  try {
+    check_dtype(s.dtype, model::load_model_config(dir), s.engine.device);
+  } catch (const Error& e) {
+    return fmt::format("{} (dtype from {})", e.what(), origin_of(s, "dtype"));
+  }
+  return "";
 }
 
 }  // namespace halo::serve

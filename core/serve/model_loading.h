@@ -64,6 +64,13 @@ struct LoadOptions {
 // returns how many are served. Never throws for one model's failure.
 size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& server, const LoadOptions& options);
 
+// What loading `s` would refuse before any device is opened: a model that
+// is not there (a Hub id not yet in the cache is not refused: loading
+// downloads it), a config.json that does not parse, a dtype the device
+// cannot run. "" when none; else the reason naming the setting's source.
+// For --check-config.
+std::string check_settings(const ModelSettings& s);
+
 // --dtype: `auto` or the checkpoint's own dtype (the CPU plugin also takes
 // bfloat16 and float32, passed to it as its option dtype); anything else is
 // an Error naming both.

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "serve/engine_args.h"
 
 extern char** environ;
 
@@ -90,7 +91,7 @@ uint64_t parse_bytes(const std::string& text) {
 
 const std::vector<std::string>& setting_keys() {
   static const std::vector<std::string> keys = {
-      "model", "served-model-name", "compiled-model-dir", "device", "device-index", "dtype", "tensor-parallel-size",
+      "model", "served-model-name", "tokenizer", "revision", "download-dir", "hf-token", "compiled-model-dir", "device", "device-index", "dtype", "tensor-parallel-size",
       "max-num-seqs", "max-model-len", "max-num-batched-tokens", "block-size", "kv-cache-memory",
       "device-memory-utilization", "max-kv-tokens", "enable-chunked-prefill", "enable-prefix-caching", "seed",
       "threads", "kv-cache-dtype", "rolling-batch"};
@@ -102,8 +103,16 @@ void apply_setting(ModelSettings& m, const Setting& s) {
   auto& e = m.engine;
   const std::string v = trim(s.value);
   if (key == "model") {
-    if (v.empty()) bad(s, "expected a model directory");
+    if (v.empty()) bad(s, "expected a model directory or a Hugging Face model id");
     m.dir = v;
+  } else if (key == "tokenizer") {
+    m.tokenizer = v;
+  } else if (key == "revision") {
+    m.hub.revision = v;
+  } else if (key == "download-dir") {
+    m.hub.cache_dir = v;
+  } else if (key == "hf-token") {
+    m.hub.token = v;
   } else if (key == "served-model-name") {
     if (v.empty()) bad(s, "expected a name");
     m.name = v;
@@ -180,19 +189,17 @@ void apply_layer(ModelSettings& s, const SettingLayer& layer) {
   for (const auto& x : layer) apply_setting(s, x);
 }
 
-std::string lmi_option_key(const std::string& option, const std::string& source) {
+std::string lmi_option_key(const std::string& option, const std::string& value, const std::string& source) {
   static const std::map<std::string, std::string> lmi = {
       {"model_id", "model"},
       {"tensor_parallel_degree", "tensor-parallel-size"},
       {"rolling_batch", "rolling-batch"},
       {"max_rolling_batch_size", "max-num-seqs"},
       {"max_rolling_batch_prefill_tokens", "max-num-batched-tokens"},
-      {"gpu_memory_utilization", "device-memory-utilization"},
   };
-  // Accepted for compatibility, no effect in halo.
+  // LMI's own options with nothing to do in halo (vLLM's are in engine_args).
   static const std::set<std::string> ignored = {
-      "entrypoint", "trust_remote_code", "task", "enable_streaming", "model_loading_timeout", "predict_timeout",
-      "output_formatter", "revision", "disable_log_requests", "disable_log_stats", "enforce_eager",
+      "entrypoint", "task", "enable_streaming", "model_loading_timeout", "predict_timeout", "output_formatter",
       "async_mode", "max_input_len", "max_output_len", "device_map", "mpi_mode"};
   std::string o = lower(option);
   if (auto it = lmi.find(o); it != lmi.end()) return it->second;
@@ -200,13 +207,14 @@ std::string lmi_option_key(const std::string& option, const std::string& source)
     spdlog::info("{}: option.{} has no effect in halo", source, o);
     return "";
   }
+  if (const VllmArg* arg = find_vllm_arg(o); arg && o != "model") return vllm_arg_key(*arg, value, source);
   std::string key = o;
   std::replace(key.begin(), key.end(), '_', '-');
   const auto& keys = setting_keys();
   if (key != "model" && std::find(keys.begin(), keys.end(), key) != keys.end()) return key;
   throw Error(fmt::format("{}: unknown option '{}' (LMI options halo reads: model_id, tensor_parallel_degree, "
-                          "rolling_batch, max_rolling_batch_size, max_rolling_batch_prefill_tokens, dtype, "
-                          "max_model_len, gpu_memory_utilization, or any halo setting: {})",
+                          "rolling_batch, max_rolling_batch_size, max_rolling_batch_prefill_tokens, vLLM's engine "
+                          "arguments (docs/serving.md), or any halo setting: {})",
                           source, o, fmt::join(keys, ", ")));
 }
 
@@ -222,18 +230,17 @@ std::map<std::string, std::string> process_environment() {
 
 SettingLayer sagemaker_env_layer(const std::map<std::string, std::string>& env) {
   SettingLayer layer;
-  if (auto it = env.find("HF_MODEL_ID"); it != env.end() && !it->second.empty()) {
-    if (!fs::is_directory(it->second))
-      throw Error(fmt::format("environment HF_MODEL_ID={}: halo reads a local model directory, and there is none "
-                                "at that path (download the model first)", it->second));
+  // A directory or a Hub id: resolved (from the cache, else downloaded) when loaded.
+  if (auto it = env.find("HF_MODEL_ID"); it != env.end() && !it->second.empty())
     layer.push_back({"model", it->second, "environment HF_MODEL_ID"});
-  }
+  if (auto it = env.find("HF_MODEL_REVISION"); it != env.end() && !it->second.empty())
+    layer.push_back({"revision", it->second, "environment HF_MODEL_REVISION"});
   if (auto it = env.find("TENSOR_PARALLEL_DEGREE"); it != env.end() && !it->second.empty())
     layer.push_back({"tensor-parallel-size", it->second, "environment TENSOR_PARALLEL_DEGREE"});
   for (const auto& [name, value] : env) {
     if (!name.starts_with("OPTION_") || value.empty()) continue;  // set but empty: not set
     std::string source = "environment " + name;
-    std::string key = lmi_option_key(name.substr(7), source);
+    std::string key = lmi_option_key(name.substr(7), value, source);
     if (!key.empty()) layer.push_back({key, value, source});
   }
   return layer;
@@ -259,9 +266,13 @@ SettingLayer serving_properties_layer(const fs::path& file) {
     std::string key = trim(t.substr(0, eq)), value = trim(t.substr(eq + 1));
     std::string lk = lower(key);
     if (lk.starts_with("option.")) {
-      std::string k = lmi_option_key(lk.substr(7), source);
+      std::string k = lmi_option_key(lk.substr(7), value, source);
       if (k.empty()) continue;
-      if (k == "model" && !value.empty() && fs::path(value).is_relative() && value.find("://") == std::string::npos)
+      // A relative path is relative to this file; "org/name" not found there is a Hub id.
+      const bool hub_id = value.find('/') != std::string::npos && model::looks_like_hub_id(value) &&
+                          !fs::exists(file.parent_path() / value);
+      if (k == "model" && !value.empty() && fs::path(value).is_relative() && value.find("://") == std::string::npos &&
+          !hub_id)
         value = (file.parent_path() / value).lexically_normal().string();
       layer.push_back({k, value, source});
     } else if (djl_keys.count(lk)) {
@@ -283,6 +294,10 @@ std::string describe(const ModelSettings& s) {
   };
   auto or_device = [](int64_t v) { return v == 0 ? std::string("device's choice") : std::to_string(v); };
   row("model", s.dir.string());
+  if (!s.tokenizer.empty()) row("tokenizer", s.tokenizer);
+  if (!s.hub.revision.empty()) row("revision", s.hub.revision);
+  if (!s.hub.cache_dir.empty()) row("download-dir", s.hub.cache_dir.string());
+  if (!s.hub.token.empty()) row("hf-token", "(set)");
   if (!s.compiled_model_dir.empty()) row("compiled-model-dir", s.compiled_model_dir.string());
   row("served-model-name", s.name);
   row("device", e.device);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/llm_engine.h"
+#include "model/hf_hub.h"
 
 namespace halo::serve {
 
@@ -29,7 +30,9 @@ using SettingLayer = std::vector<Setting>;
 struct ModelSettings {
   std::string name;                         // the served name
   std::vector<std::string> extra_names;     // more names it answers to
-  std::filesystem::path dir;                // model directory (HF, or compiled)
+  std::filesystem::path dir;                // model directory (HF, or compiled) or Hub id
+  std::string tokenizer;                    // directory or Hub id of another tokenizer ("": the model's)
+  model::HubOptions hub;                    // revision, download dir, token for Hub ids
   std::filesystem::path compiled_model_dir; // set: load this instead of dir
   std::string version = "1";                // KServe version
   int max_batch_size = 0;                   // config.pbtxt, informational
@@ -50,10 +53,11 @@ void apply_setting(ModelSettings& s, const Setting& setting);
 void apply_layer(ModelSettings& s, const SettingLayer& layer);
 
 // LMI's option name (option.x / OPTION_X, lower case, without the prefix) as
-// a halo key; "" for a known option halo ignores; throws for an unknown one.
-std::string lmi_option_key(const std::string& option, const std::string& source);
+// a halo key; "" for a known option halo ignores; throws for an unknown one
+// or for a value halo refuses (vLLM's arguments: serve/engine_args.h).
+std::string lmi_option_key(const std::string& option, const std::string& value, const std::string& source);
 
-// SageMaker / LMI environment: HF_MODEL_ID (a local directory),
+// SageMaker / LMI environment: HF_MODEL_ID (a directory or a Hub id),
 // TENSOR_PARALLEL_DEGREE and OPTION_* (OPTION_X is option.x).
 SettingLayer sagemaker_env_layer(const std::map<std::string, std::string>& env);
 std::map<std::string, std::string> process_environment();

@@ -184,7 +184,10 @@ describe('invalid keys and values name their source', () => {
     await fails(['--sagemaker'], { HF_MODEL_ID: PKGCHAT, TENSOR_PARALLEL_DEGREE: 'two' },
       /environment TENSOR_PARALLEL_DEGREE: tensor-parallel-size=two: expected an integer/);
     await fails(['--sagemaker'], { HF_MODEL_ID: '/nonexistent/model' },
-      /environment HF_MODEL_ID=\/nonexistent\/model: halo reads a local model directory/);
+      /\/nonexistent\/model.*not a Hugging Face model id.*model from environment HF_MODEL_ID/);
+    // An id is looked up in the Hugging Face cache; offline, a missing one names the cache.
+    await fails(['--sagemaker'], { HF_MODEL_ID: 'nobody/nothing', HF_HUB_OFFLINE: '1', HF_HUB_CACHE: tmp.dir },
+      /nobody\/nothing.*Hugging Face cache.*HF_HUB_OFFLINE is set.*environment HF_MODEL_ID/);
   });
 
   test('model.json: unknown key, bad value, wrong type, missing model, config.pbtxt name', async () => {
@@ -199,7 +202,7 @@ describe('invalid keys and values name their source', () => {
     await fails(['--model-repository', repo('y', `{"model": "${PKGCHAT}"}`, 'name: "other"\n')], {},
       /y\/config\.pbtxt: name "other" does not match the directory name "y"/);
     await fails(['--model-repository', repo('z', '{"model": "../../nowhere"}')], {},
-      /z\/1\/model\.json:1 key 'model': .*nowhere: not a model directory/);
+      /nowhere.*not a Hugging Face model id.*z\/1\/model\.json:1 key 'model'/);
   });
 
   test('--config YAML: bad values and unknown keys name the file and line', async () => {

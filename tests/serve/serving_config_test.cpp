@@ -82,14 +82,26 @@ TEST(ServingConfig, EveryErrorNamesItsSource) {
 }
 
 TEST(ServingConfig, LmiOptionNames) {
-  EXPECT_EQ(lmi_option_key("max_rolling_batch_size", "s"), "max-num-seqs");
-  EXPECT_EQ(lmi_option_key("TENSOR_PARALLEL_DEGREE", "s"), "tensor-parallel-size");
-  EXPECT_EQ(lmi_option_key("max_model_len", "s"), "max-model-len");
-  EXPECT_EQ(lmi_option_key("dtype", "s"), "dtype");
-  EXPECT_EQ(lmi_option_key("trust_remote_code", "s"), "");
-  EXPECT_NE(error_of([] { lmi_option_key("speculative_draft_model", "env OPTION_SPECULATIVE_DRAFT_MODEL"); })
+  EXPECT_EQ(lmi_option_key("max_rolling_batch_size", "8", "s"), "max-num-seqs");
+  EXPECT_EQ(lmi_option_key("TENSOR_PARALLEL_DEGREE", "2", "s"), "tensor-parallel-size");
+  EXPECT_EQ(lmi_option_key("max_model_len", "512", "s"), "max-model-len");
+  EXPECT_EQ(lmi_option_key("dtype", "fp16", "s"), "dtype");
+  EXPECT_EQ(lmi_option_key("trust_remote_code", "true", "s"), "");
+  EXPECT_EQ(lmi_option_key("revision", "v1", "s"), "revision");
+  EXPECT_NE(error_of([] { lmi_option_key("speculative_draft_model", "m", "env OPTION_SPECULATIVE_DRAFT_MODEL"); })
                 .find("env OPTION_SPECULATIVE_DRAFT_MODEL: unknown option"),
             std::string::npos);
+}
+
+// vLLM's arguments mean the same in LMI options as on the command line.
+TEST(ServingConfig, LmiOptionsFollowVllmArgumentTable) {
+  EXPECT_EQ(lmi_option_key("enforce_eager", "true", "s"), "");
+  EXPECT_EQ(lmi_option_key("pipeline_parallel_size", "1", "s"), "");
+  EXPECT_NE(error_of([] { lmi_option_key("pipeline_parallel_size", "2", "env OPTION_PIPELINE_PARALLEL_SIZE"); })
+                .find("env OPTION_PIPELINE_PARALLEL_SIZE: pipeline_parallel_size=2: not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { lmi_option_key("quantization", "awq", "s"); }).find("unquantized"), std::string::npos);
+  EXPECT_EQ(lmi_option_key("quantization", "none", "s"), "");
 }
 
 TEST(ServingConfig, EnvironmentLayer) {

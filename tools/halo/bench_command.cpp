@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "model_source.h"
 #include "common/error.h"
 #include "device/plugin.h"
 #include "text/tokenizer/tokenizer.h"
@@ -33,6 +34,7 @@ struct BenchOptions {
   int baseline_prompts = -1;  // -1: all; 0: skip the one-at-a-time run
   uint64_t workload_seed = 0;
   engine::EngineConfig engine;
+  ModelSource source;
 };
 
 struct WorkItem {
@@ -206,12 +208,12 @@ void print_report(const nlohmann::ordered_json& j) {
 }
 
 void run_throughput(const BenchOptions& o) {
-  fs::path dir = o.model_dir.empty() ? default_model_dir() : fs::path(o.model_dir);
+  const fs::path dir = resolve_model_dir(o.model_dir, o.source);
   auto model = std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir));
   const auto& spec = model->config().spec;
   std::vector<WorkItem> items;
   if (!o.dataset.empty()) {
-    items = load_dataset(o.dataset, text::Tokenizer::from_model_dir(dir), o);
+    items = load_dataset(o.dataset, text::Tokenizer::from_model_dir(resolve_tokenizer_dir(dir, o.source)), o);
   } else {
     items = random_workload(o, spec.vocab_size);
   }
@@ -289,7 +291,7 @@ void add_bench_command(CLI::App& app) {
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchOptions>();
   auto* cmd = bench->add_subcommand("throughput", "Offline throughput: batched vs one request at a time");
-  cmd->add_option("model", o->model_dir, "Hugging Face model directory (default: the embedded pkgchat-5m); "
+  cmd->add_option("model", o->model_dir, "Hugging Face model directory or id (default: the embedded pkgchat-5m); "
                                          "make one of any size with tools/make_test_model.py");
   cmd->add_option("--num-prompts", o->num_prompts, "Requests in the workload")->capture_default_str();
   cmd->add_option("--input-len", o->input_len, "Prompt tokens per random request")->capture_default_str();
@@ -302,6 +304,7 @@ void add_bench_command(CLI::App& app) {
                   "Requests to run one at a time for the baseline (-1: all, 0: skip)")->capture_default_str();
   cmd->add_option("--output-json", o->output_json, "Write the results as JSON to this file");
   add_engine_options(*cmd, o->engine);
+  add_model_source_options(*cmd, o->source);
   cmd->callback([o] { run_throughput(*o); });
   add_bench_latency_command(*bench);
 }

@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "model_source.h"
 #include "common/error.h"
 #include "device/plugin.h"
 
@@ -33,12 +34,13 @@ struct CompileOptions {
   std::string out_dir;
   std::string profile;
   bool dry_run = false;
+  model::HubOptions hub;
 };
 
 std::string gib(uint64_t b) { return fmt::format("{:.3f} GiB", double(b) / double(1ull << 30)); }
 
 void run_compile(const CompileOptions& o) {
-  const fs::path dir = o.model_dir;
+  const fs::path dir = model::resolve_model(o.model_dir, o.hub);
   auto model = model::LoadedModel::load(dir);
   if (model.is_compiled())
     throw Error(fmt::format("{} is already a compiled model (for device '{}'); compile the Hugging Face model directory",
@@ -86,12 +88,14 @@ void run_compile(const CompileOptions& o) {
       fmt::print("  chip {}: weights {} + KV {} + buffers {} = {} of {}\n", c["chip"].get<int>(),
                  gib(c["weights_bytes"]), gib(c["kv_bytes"]), gib(c["buffers_bytes"]), gib(c["total_bytes"]),
                  gib(c["capacity_bytes"]));
+    // The compiler estimates decode at a context of min(1024, max_seq_len).
+    const std::string decode_label = fmt::format("context {}", std::min(1024, j.value("max_seq_len", 1024)));
     for (const auto& p : j["programs"]) {
       const auto& e = p.contains("estimate_at_ctx_1024") ? p["estimate_at_ctx_1024"] : p["estimate_first_chunk"];
       fmt::print("  program {:<12} batch {:>3} x {:>4} tokens: {:.3f} ms simulated ({}: compute {:.3f} / memory {:.3f} / "
                  "link {:.3f} ms)\n",
                  p["name"].get<std::string>(), p["batch"].get<int>(), p["tokens"].get<int>(),
-                 1e3 * e["total_s"].get<double>(), p.contains("estimate_at_ctx_1024") ? "context 1024" : "first chunk",
+                 1e3 * e["total_s"].get<double>(), p.contains("estimate_at_ctx_1024") ? decode_label : "first chunk",
                  1e3 * e["compute_s"].get<double>(), 1e3 * e["memory_s"].get<double>(), 1e3 * e["link_s"].get<double>());
     }
   };
@@ -120,7 +124,8 @@ void run_compile(const CompileOptions& o) {
 void add_compile_command(CLI::App& app) {
   auto o = std::make_shared<CompileOptions>();
   auto* cmd = app.add_subcommand("compile", "Compile a model ahead of time for a static-shape device (rbln)");
-  cmd->add_option("model", o->model_dir, "Hugging Face model directory")->required();
+  cmd->add_option("model", o->model_dir, "Hugging Face model directory or id (org/name)")->required();
+  add_hub_options(*cmd, o->hub);
   cmd->add_option("--device", o->device, "Device plugin that compiles (rbln)")->capture_default_str();
   cmd->add_option("--device-index", o->device_index, "Which device of the plugin")->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "Compiled batch size (the engine's max_num_seqs)")

@@ -34,10 +34,12 @@ void add_engine_options(CLI::App& cmd, engine::EngineConfig& c) {
       ->capture_default_str();
   cmd.add_option("--max-kv-tokens", c.max_kv_tokens, "Size the KV cache in tokens instead of bytes");
   cmd.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", c.enable_chunked_prefill,
-               "Split long prompts across steps, mixed with decodes")
+               "Split long prompts across steps, mixed with decodes (on by default; "
+               "--no-enable-chunked-prefill turns it off)")
       ->capture_default_str();
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", c.enable_prefix_caching,
-               "Reuse the KV blocks of shared prompt prefixes (hash chain of full blocks, LRU eviction)")
+               "Reuse the KV blocks of shared prompt prefixes (hash chain of full blocks, LRU eviction; off by "
+               "default)")
       ->capture_default_str();
   cmd.add_option("--seed", c.seed, "Seed of the engine's random generator")->capture_default_str();
   cmd.add_option("--threads", c.threads, "Host threads for the CPU plugin (0: all cores)");

@@ -14,6 +14,8 @@
 
 #include "commands.h"
 #include "common/error.h"
+#include "engine/async_engine.h"
+#include "model_source.h"
 #include "text/jinja/chat_template.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -33,11 +35,16 @@ struct GenerateOptions {
   int min_tokens = 0;
   bool ignore_eos = false;
   bool skip_special_tokens = true;
+  int n = 1;
+  std::vector<std::string> stop;
+  std::string stop_token_ids;
+  std::optional<int> logprobs;
   std::string output = "text";
   engine::EngineConfig engine;
+  ModelSource source;
 };
 
-std::vector<int32_t> parse_ids(const std::string& s) {
+std::vector<int32_t> parse_ids(const std::string& s, const char* flag) {
   std::vector<int32_t> ids;
   std::stringstream ss(s);
   std::string item;
@@ -48,10 +55,10 @@ std::vector<int32_t> parse_ids(const std::string& s) {
       if (used != item.size() && item.find_first_not_of(" ", used) != std::string::npos) throw std::invalid_argument("");
       ids.push_back(static_cast<int32_t>(v));
     } catch (const std::exception&) {
-      throw Error(fmt::format("--prompt-ids '{}': '{}' is not an integer token id", s, item));
+      throw Error(fmt::format("{} '{}': '{}' is not an integer token id", flag, s, item));
     }
   }
-  if (ids.empty()) throw Error(fmt::format("--prompt-ids '{}' holds no ids", s));
+  if (ids.empty()) throw Error(fmt::format("{} '{}' holds no ids", flag, s));
   return ids;
 }
 
@@ -106,25 +113,87 @@ class ProgressBar {
   bool enabled_;
 };
 
-void run_generate(const GenerateOptions& o) {
-  fs::path dir = o.model_dir.empty() ? default_model_dir() : fs::path(o.model_dir);
-  auto t0 = std::chrono::steady_clock::now();
-  auto model = std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir));
-  auto tokenizer = text::Tokenizer::from_model_dir(dir);
-  spdlog::info("model {} ({}, {} layers, {:.1f} MB of weights) loaded in {:.2f} s", dir.string(),
-               model->config().architecture(), model->config().spec.num_layers, model->weight_bytes() / 1e6,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+// Sampling: flags, else the model's generation_config.json, else vLLM's defaults.
+engine::RequestOptions request_options(const GenerateOptions& o, const model::GenerationDefaults& gen) {
+  engine::RequestOptions r;
+  auto& sp = r.sampling;
+  bool do_sample = gen.do_sample.value_or(true);
+  sp.temperature = o.temperature.value_or(do_sample ? gen.temperature.value_or(1.0f) : 0.0f);
+  sp.top_p = o.top_p.value_or(gen.top_p.value_or(1.0f));
+  sp.top_k = o.top_k.value_or(gen.top_k.value_or(0));
+  sp.min_p = o.min_p.value_or(0.0f);
+  sp.repetition_penalty = o.repetition_penalty.value_or(gen.repetition_penalty.value_or(1.0f));
+  sp.max_tokens = o.max_tokens.value_or(gen.max_new_tokens.value_or(16));
+  sp.min_tokens = o.min_tokens;
+  sp.ignore_eos = o.ignore_eos;
+  if (!o.stop_token_ids.empty()) sp.stop_token_ids = parse_ids(o.stop_token_ids, "--stop-token-ids");
+  if (o.logprobs) sp.logprobs = *o.logprobs;
+  r.stop = o.stop;
+  r.skip_special_tokens = o.skip_special_tokens;
+  r.n = o.n;
+  return r;
+}
 
+nlohmann::ordered_json logprobs_json(const std::vector<engine::TokenLogprob>& lps, const text::Tokenizer& tok) {
+  auto out = nlohmann::ordered_json::array();
+  for (const auto& lp : lps) {
+    nlohmann::ordered_json top = nlohmann::ordered_json::object();
+    for (const auto& [id, v] : lp.top) top[std::to_string(id)] = v;
+    out.push_back({{"token_id", lp.token}, {"token", tok.id_to_token(lp.token)}, {"logprob", lp.logprob}, {"top", top}});
+  }
+  return out;
+}
+
+void print_result(size_t i, const Prompt& prompt, const engine::RequestResult& r, const GenerateOptions& o,
+                  const text::Tokenizer& tok, size_t num_prompts) {
+  if (o.output == "json") {
+    auto choice_json = [&](size_t k) {
+      const auto& c = r.choices[k];
+      nlohmann::ordered_json j;
+      j["index"] = k;
+      j["token_ids"] = c.token_ids;
+      j["text"] = c.text;
+      j["finish_reason"] = engine::finish_reason_name(c.finish_reason);
+      if (!c.stop_reason.empty()) j["stop_reason"] = c.stop_reason;
+      if (o.logprobs) j["logprobs"] = logprobs_json(c.logprobs, tok);
+      return j;
+    };
+    nlohmann::ordered_json j;
+    if (!prompt.text.empty()) j["prompt"] = prompt.text;
+    j["prompt_token_ids"] = r.prompt_ids;
+    // The first choice at the top level (as before n existed), every choice in outputs.
+    const nlohmann::ordered_json first = choice_json(0);
+    for (const auto& [k, v] : first.items())
+      if (k != "index") j[k] = v;
+    if (o.n > 1) {
+      j["outputs"] = nlohmann::ordered_json::array();
+      for (size_t k = 0; k < r.choices.size(); ++k) j["outputs"].push_back(choice_json(k));
+    }
+    std::fputs((j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
+    return;
+  }
+  for (size_t k = 0; k < r.choices.size(); ++k) {
+    if (num_prompts > 1 || o.n > 1)
+      std::fputs((o.n > 1 ? fmt::format("--- prompt {} choice {} ---\n", i, k) : fmt::format("--- prompt {} ---\n", i))
+                     .c_str(),
+                 stdout);
+    std::fputs((r.choices[k].text + "\n").c_str(), stdout);
+  }
+}
+
+std::vector<Prompt> build_prompts(const GenerateOptions& o, const fs::path& tokenizer_dir, const text::Tokenizer& tokenizer) {
   // Prompts in the order given: --prompt, then --prompt-ids, then the file.
-  std::vector<Prompt> prompts;
   std::vector<std::pair<std::string, std::vector<int32_t>>> raw;
   for (const auto& p : o.prompts) raw.push_back({p, {}});
-  for (const auto& p : o.prompt_ids) raw.push_back({"", parse_ids(p)});
+  for (const auto& p : o.prompt_ids) raw.push_back({"", parse_ids(p, "--prompt-ids")});
   if (!o.prompts_file.empty())
     for (auto& p : read_prompts_file(o.prompts_file)) raw.push_back(std::move(p));
   if (raw.empty()) throw Error("no prompts: give --prompt, --prompt-ids or --prompts-file");
   std::unique_ptr<text::ChatTemplate> chat;
-  if (o.chat) chat = std::make_unique<text::ChatTemplate>(text::ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json"));
+  if (o.chat)
+    chat = std::make_unique<text::ChatTemplate>(
+        text::ChatTemplate::from_tokenizer_config(tokenizer_dir / "tokenizer_config.json"));
+  std::vector<Prompt> prompts;
   for (auto& [txt, ids] : raw) {
     Prompt p{txt, ids};
     if (p.ids.empty()) {
@@ -143,59 +212,42 @@ void run_generate(const GenerateOptions& o) {
     }
     prompts.push_back(std::move(p));
   }
+  return prompts;
+}
 
-  // Sampling: flags, else the model's generation_config.json, else vLLM's defaults.
-  const auto& gen = model->config().generation;
-  engine::SamplingParams sp;
-  bool do_sample = gen.do_sample.value_or(true);
-  sp.temperature = o.temperature.value_or(do_sample ? gen.temperature.value_or(1.0f) : 0.0f);
-  sp.top_p = o.top_p.value_or(gen.top_p.value_or(1.0f));
-  sp.top_k = o.top_k.value_or(gen.top_k.value_or(0));
-  sp.min_p = o.min_p.value_or(0.0f);
-  sp.repetition_penalty = o.repetition_penalty.value_or(gen.repetition_penalty.value_or(1.0f));
-  sp.max_tokens = o.max_tokens.value_or(gen.max_new_tokens.value_or(16));
-  sp.min_tokens = o.min_tokens;
-  sp.ignore_eos = o.ignore_eos;
+void run_generate(const GenerateOptions& o) {
+  const fs::path dir = resolve_model_dir(o.model_dir, o.source);
+  const fs::path tokenizer_dir = resolve_tokenizer_dir(dir, o.source);
+  auto t0 = std::chrono::steady_clock::now();
+  auto model = std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir));
+  auto tokenizer = text::Tokenizer::from_model_dir(tokenizer_dir);
+  spdlog::info("model {} ({}, {} layers, {:.1f} MB of weights) loaded in {:.2f} s", dir.string(),
+               model->config().architecture(), model->config().spec.num_layers, model->weight_bytes() / 1e6,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
-  engine::LLMEngine eng(o.engine, model);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    // Each request draws from its own generator seeded from --seed and its order.
-    eng.add_request(std::to_string(i), prompts[i].ids, sp);
-  }
-  std::vector<std::shared_ptr<const engine::Sequence>> done(prompts.size());
+  const std::vector<Prompt> prompts = build_prompts(o, tokenizer_dir, tokenizer);
+  const engine::RequestOptions options = request_options(o, model->config().generation);
+  options.sampling.validate();
+  std::vector<std::pair<std::vector<int32_t>, engine::RequestOptions>> batch;
+  for (const auto& p : prompts) batch.push_back({p.ids, options});
+
+  // Each request draws from its own generator seeded from --seed and its order.
+  engine::AsyncEngine eng(o.engine, model, tokenizer);
   ProgressBar bar(prompts.size());
   size_t finished = 0;
   auto t1 = std::chrono::steady_clock::now();
-  while (eng.has_unfinished()) {
-    for (auto& out : eng.step()) {
-      if (!out.finished) continue;
-      done[std::stoul(out.request_id)] = out.seq;
-      ++finished;
-      bar.update(finished, eng.stats().generation_tokens,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
-    }
-  }
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-  auto st = eng.stats();
-  spdlog::info("{} prompts: {} prompt tokens, {} generated tokens in {:.2f} s ({:.1f} tok/s), {} steps, {} preemptions",
-               prompts.size(), st.prompt_tokens, st.generation_tokens, secs,
-               secs > 0 ? st.generation_tokens / secs : 0.0, st.steps, st.num_preemptions);
-
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const auto& seq = *done[i];
-    std::string text = tokenizer.decode(seq.output_ids, o.skip_special_tokens);
-    if (o.output == "json") {
-      nlohmann::ordered_json j;
-      if (!prompts[i].text.empty()) j["prompt"] = prompts[i].text;
-      j["prompt_token_ids"] = seq.prompt_ids;
-      j["token_ids"] = seq.output_ids;
-      j["text"] = text;
-      j["finish_reason"] = engine::finish_reason_name(seq.finish_reason);
-      std::fputs((j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
-    } else {
-      if (prompts.size() > 1) std::fputs(fmt::format("--- prompt {} ---\n", i).c_str(), stdout);
-      std::fputs((text + "\n").c_str(), stdout);
-    }
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(); };
+  auto results = eng.generate(batch, [&](size_t) {
+    bar.update(++finished, eng.metrics().generation_tokens, seconds());
+  });
+  const double secs = seconds();
+  const auto m = eng.metrics();
+  spdlog::info("{} prompts: {} prompt tokens, {} generated tokens in {:.2f} s ({:.1f} tok/s), {} preemptions",
+               prompts.size(), m.prompt_tokens, m.generation_tokens, secs,
+               secs > 0 ? m.generation_tokens / secs : 0.0, m.num_preemptions);
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].error.empty()) throw Error(fmt::format("prompt {}: {}", i, results[i].error));
+    print_result(i, prompts[i], results[i], o, tokenizer, prompts.size());
   }
   std::fflush(stdout);
 }
@@ -205,7 +257,8 @@ void run_generate(const GenerateOptions& o) {
 void add_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   auto* cmd = app.add_subcommand("generate", "Offline generation for one or many prompts, run as one batch");
-  cmd->add_option("model", o->model_dir, "Hugging Face model directory (default: the embedded pkgchat-5m)");
+  cmd->add_option("model", o->model_dir,
+                  "Hugging Face model directory or id (org/name) (default: the embedded pkgchat-5m)");
   cmd->add_option("--prompt", o->prompts, "A text prompt; repeat for more");
   cmd->add_option("--prompt-ids", o->prompt_ids, "A prompt as comma-separated token ids; repeat for more");
   cmd->add_option("--prompts-file", o->prompts_file,
@@ -220,10 +273,18 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--repetition-penalty", o->repetition_penalty, "Penalty for tokens already seen (1.0: off)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past the model's end-of-sequence ids");
   cmd->add_flag("!--no-skip-special-tokens", o->skip_special_tokens, "Keep special tokens in the output text");
+  cmd->add_option("--n", o->n, "Completions per prompt")->check(CLI::Range(1, 128))->capture_default_str();
+  cmd->add_option("--stop", o->stop, "A string that ends generation (not included in the text); repeat for more");
+  cmd->add_option("--stop-token-ids", o->stop_token_ids, "Comma-separated token ids that end generation");
+  cmd->add_option("--logprobs", o->logprobs,
+                  "Log probability of each generated token plus the N most likely (json output: \"logprobs\")")
+      ->check(CLI::Range(0, 20));
   cmd->add_option("--output", o->output, "text or json (one JSON object per prompt per line)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   add_engine_options(*cmd, o->engine);
+  add_model_source_options(*cmd, o->source);
+  add_vllm_compat_options(*cmd);
   cmd->callback([o] { run_generate(*o); });
 }
 

@@ -11,7 +11,7 @@
 #include "common/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"halo: serve large language models on any accelerator"};
+  CLI::App app{"halo: serve large language models on any accelerator", "halo"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("halo ") + HALO_VERSION);
   app.fallthrough();  // global flags may follow the subcommand

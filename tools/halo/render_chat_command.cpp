@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "model_source.h"
 #include "common/error.h"
 #include "text/jinja/chat_template.h"
 
@@ -27,6 +28,7 @@ struct RenderChatOptions {
   std::string chat_template_kwargs;
   bool no_generation_prompt = false;
   bool continue_final_message = false;
+  ModelSource source;
 };
 
 std::string read_text(const fs::path& path, const char* what) {
@@ -47,7 +49,7 @@ json read_json(const fs::path& path, const char* what) {
 }
 
 void run_render_chat(const RenderChatOptions& o) {
-  fs::path dir = o.model_dir.empty() ? default_model_dir() : fs::path(o.model_dir);
+  const fs::path dir = resolve_tokenizer_dir(resolve_model_dir(o.model_dir, o.source), o.source);
   fs::path config_path = dir / "tokenizer_config.json";
 
   // bos/eos come from the model's tokenizer_config.json (string or {"content": ...}).
@@ -97,7 +99,8 @@ void run_render_chat(const RenderChatOptions& o) {
 void add_render_chat_command(CLI::App& app) {
   auto o = std::make_shared<RenderChatOptions>();
   auto* cmd = app.add_subcommand("render-chat", "Print the prompt a chat conversation becomes after the chat template");
-  cmd->add_option("model", o->model_dir, "Hugging Face model directory (default: the embedded pkgchat-5m)");
+  cmd->add_option("model", o->model_dir, "Hugging Face model directory or id (default: the embedded pkgchat-5m)");
+  add_model_source_options(*cmd, o->source);
   cmd->add_option("--messages", o->messages_file, "JSON file: an array of {role, content, ...} messages")->required();
   cmd->add_option("--tools", o->tools_file, "JSON file: an array of tool definitions");
   cmd->add_flag("--no-generation-prompt", o->no_generation_prompt, "Do not open an assistant turn at the end");

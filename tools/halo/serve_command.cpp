@@ -34,6 +34,7 @@
 #include "commands.h"
 #include "common/error.h"
 #include "config_file.h"
+#include "model_source.h"
 #include "serve/http_server.h"
 #include "serve/kserve_frontend.h"
 #include "serve/model_loading.h"
@@ -70,6 +71,7 @@ struct ServeOptions {
   int http_threads = 2;
   int keep_alive_timeout = 60;
   engine::EngineConfig engine;
+  ModelSource source;
 };
 
 std::string single_quoted(const std::string& s) {
@@ -120,6 +122,11 @@ SettingLayer cli_layer(const CLI::App& cmd, const ServeOptions& o) {
       {"seed", std::to_string(e.seed)},
       {"threads", std::to_string(e.threads)},
       {"kv-cache-dtype", e.kv_cache_dtype},
+      {"tokenizer", o.source.tokenizer},
+      {"revision", o.source.hub.revision},
+      {"download-dir", o.source.hub.cache_dir.string()},
+      {"hf-token", o.source.hub.token},
+      {"compiled-model-dir", o.source.compiled_model_dir},
   };
   SettingLayer layer;
   for (const auto& [key, value] : values)
@@ -256,11 +263,9 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   Plan plan = plan_models(cmd, o, sm);
   if (o.check_config) {
     std::erase_if(plan.models, [&](const ModelSettings& m) {
-      if (fs::exists(m.load_dir() / "config.json")) return false;
-      auto it = m.origin.find(m.compiled_model_dir.empty() ? "model" : "compiled-model-dir");
-      plan.refused.push_back({m.name, fmt::format("{}: {}: not a model directory (no config.json)",
-                                                  it == m.origin.end() ? "default" : it->second,
-                                                  m.load_dir().string())});
+      std::string why = serve::check_settings(m);
+      if (why.empty()) return false;
+      plan.refused.push_back({m.name, why});
       return true;
     });
     print_plan(plan, sm);
@@ -325,7 +330,8 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   std::vector<std::string> names;
   for (const auto& m : api->served_models()) names.push_back(m->name());
   const auto& name = names.front();
-  std::string auth = api_cfg.api_key.empty() ? "" : " -H 'Authorization: Bearer $HALO_API_KEY'";
+  // Double quotes, so the shell expands the variable.
+  std::string auth = api_cfg.api_key.empty() ? "" : " -H \"Authorization: Bearer $HALO_API_KEY\"";
   std::string example = fmt::format(
       "halo serve: {} ready at {}/v1 (also KServe v2 at {}/v2/models/NAME/generate and SageMaker at "
       "{}/invocations)\n"
@@ -376,7 +382,8 @@ void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   auto* cmd = app.add_subcommand(
       "serve", "Serve models over HTTP: OpenAI-compatible (like `vllm serve`), KServe v2 / Triton generate, SageMaker");
-  cmd->add_option("model", o->model_dir, "Hugging Face model directory (default: the embedded pkgchat-5m)");
+  cmd->add_option("model", o->model_dir,
+                  "Hugging Face model directory or id (org/name) (default: the embedded pkgchat-5m)");
   cmd->add_option("--model", o->models,
                   "Another model to serve, [NAME=]DIR (repeatable); named NAME, else DIR as given");
   cmd->add_option("--model-repository", o->model_repository,
@@ -422,6 +429,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--keep-alive-timeout", o->keep_alive_timeout, "Seconds an idle keep-alive connection stays open")
       ->capture_default_str();
   add_engine_options(*cmd, o->engine);
+  add_model_source_options(*cmd, o->source);
+  add_vllm_compat_options(*cmd);
   cmd->callback([o, cmd] { run_serve(*cmd, *o); });
 }
 
