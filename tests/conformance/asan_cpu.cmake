@@ -22,7 +22,7 @@ endif()
 set(plugin "${WORK_DIR}/lib/halo/plugins/libhalo_plugin_cpu.so")
 execute_process(
   COMMAND ${CMAKE_COMMAND} -E env "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=23" --unset=HALO_PLUGIN_PATH
-    "${WORK_DIR}/bin/halo-conformance" --plugin "${plugin}" --device-option threads=2 --tolerance 1e-2
+    "${WORK_DIR}/bin/halo-conformance" --plugin "${plugin}" --device-option threads=2
     --filter "Conformance.Lifetime*:Conformance.Errors*:Conformance.Version*:Conformance.Limits*:Buffers*:Paging*:Golden.*llama_fp32"
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 400)
 string(REGEX MATCHALL "[^\n]*(PASSED|FAILED|ERROR: AddressSanitizer|ERROR: LeakSanitizer)[^\n]*" lines "${out}\n${err}")

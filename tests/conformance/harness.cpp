@@ -550,8 +550,17 @@ std::optional<Session> make_session(const Lib& lib, int index, const Model& m,
     compiled = true;
   }
   const auto copts = c_options(prep_opts);
-  halo_limits lim{};
-  lim.struct_size = sizeof lim;
+  // An older caller's limits end at limits_size: fill the rest with a pattern
+  // the plugin must leave alone.
+  struct {
+    halo_limits lim;
+    unsigned char tail[16];
+  } mem;
+  std::memset(&mem, 0, sizeof mem);
+  const size_t lsize = o.limits_size ? std::min(o.limits_size, sizeof(halo_limits)) : sizeof(halo_limits);
+  std::memset(reinterpret_cast<unsigned char*>(&mem) + lsize, 0xEE, sizeof mem - lsize);
+  halo_limits& lim = mem.lim;
+  lim.struct_size = lsize;
   lim.max_num_seqs = o.proposal.max_num_seqs;
   lim.max_model_len = o.proposal.max_model_len;
   lim.max_num_batched_tokens = o.proposal.max_num_batched_tokens;
@@ -572,7 +581,17 @@ std::optional<Session> make_session(const Lib& lib, int index, const Model& m,
   }
   const halo_plugin_api* api = lib.api;
   s.exec = ExecPtr(a.executable, [api](halo_executable* e) { api->executable_destroy(e); });
+  const unsigned char* raw = reinterpret_cast<const unsigned char*>(&mem);
+  for (size_t i = lsize; i < sizeof mem; ++i)
+    if (raw[i] != 0xEE) {
+      st.code = HALO_STATUS_INTERNAL;
+      st.message = "prepare wrote byte " + std::to_string(i) + " of halo_limits, past the caller's struct_size=" +
+                   std::to_string(lsize);
+      return std::nullopt;
+    }
   s.limits = lim;
+  if (lsize < sizeof(halo_limits))  // what an older caller knows of the answer
+    std::memset(reinterpret_cast<unsigned char*>(&s.limits) + lsize, 0, sizeof(halo_limits) - lsize);
   if (lim.block_size <= 0 || lim.max_model_len <= 0 || lim.max_num_seqs <= 0 ||
       lim.max_num_batched_tokens <= 0) {
     st.code = HALO_STATUS_INTERNAL;
@@ -818,6 +837,78 @@ std::vector<std::vector<int32_t>> make_prompts(const Session& s, std::vector<int
   return out;
 }
 
+// ---------------------------------------------------------------- tolerance
+
+// Measured max errors against the fp32 reference (docs/plugin-guide.md, "The
+// default tolerance"): fp32 kernels <= 7e-7; bf16 (cpu bf16 GEMM + bf16 KV,
+// rbln weights compiled to bf16) 5e-3 to 1.1e-2; fp16 weights <= 1.7e-3. Each
+// bound is ~2-3x the worst case seen; fp32's 1e-3 leaves room for another
+// summation order. fp8 and int8 run on no plugin here: a loose bound that
+// still catches wrong arithmetic. A vendor who knows better passes --tolerance.
+double dtype_tolerance(int32_t d) {
+  switch (d) {
+    case HALO_COMPUTE_DTYPE_FP32: return 1e-3;
+    case HALO_COMPUTE_DTYPE_FP16: return 5e-3;
+    case HALO_COMPUTE_DTYPE_BF16: return 2e-2;
+    case HALO_COMPUTE_DTYPE_FP8: return 1e-1;
+    case HALO_COMPUTE_DTYPE_INT8: return 1e-1;
+    default: return 0;
+  }
+}
+
+namespace {
+std::string fmt_tol(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+}  // namespace
+
+std::string tolerance_rule() {
+  std::string t;
+  for (int32_t d : {HALO_COMPUTE_DTYPE_FP32, HALO_COMPUTE_DTYPE_FP16, HALO_COMPUTE_DTYPE_BF16,
+                    HALO_COMPUTE_DTYPE_FP8, HALO_COMPUTE_DTYPE_INT8})
+    t += std::string(t.empty() ? "" : ", ") + halo_compute_dtype_name(d) + " " + fmt_tol(dtype_tolerance(d));
+  return "per prepared model, from the compute dtype its prepare reports (limits.compute_dtype, ABI v1.3): " + t +
+         "; a plugin older than v1.3 gets it inferred from limits.kv_cache_dtype";
+}
+
+Tolerance default_tolerance(uint32_t plugin_minor, const halo_limits& lim) {
+  const bool has_compute = plugin_minor >= 3 && lim.struct_size >= HALO_STRUCT_SIZE(halo_limits, compute_dtype);
+  const bool has_kv = plugin_minor >= 2 && lim.struct_size >= HALO_STRUCT_SIZE(halo_limits, kv_cache_dtype);
+  // kv dtypes share their values with compute dtypes (FP32, BF16, FP16).
+  const int32_t kv = has_kv ? lim.kv_cache_dtype : HALO_KV_DTYPE_AUTO;
+  const double kv_tol = dtype_tolerance(kv);
+  Tolerance t;
+  if (has_compute && dtype_tolerance(lim.compute_dtype) > 0) {
+    t.value = dtype_tolerance(lim.compute_dtype);
+    t.why = std::string("compute dtype ") + halo_compute_dtype_name(lim.compute_dtype) + " reported by prepare";
+    if (kv_tol > t.value) {  // a cache coarser than the arithmetic bounds the error
+      t.value = kv_tol;
+      t.why += std::string(", KV cache ") + halo_kv_dtype_name(kv) + " is coarser";
+    }
+    return t;
+  }
+  const std::string missing =
+      has_compute ? "prepare reported compute_dtype " + std::to_string(lim.compute_dtype) + " (" +
+                        halo_compute_dtype_name(lim.compute_dtype) + ")"
+      : plugin_minor < 3 ? "the plugin speaks ABI v1." + std::to_string(plugin_minor) + ", before limits.compute_dtype"
+                         : "limits.struct_size=" + std::to_string(lim.struct_size) + " has no compute_dtype";
+  if (kv_tol > 0) {
+    t.value = kv_tol;
+    t.why = missing + ": inferred from kv_cache_dtype " + halo_kv_dtype_name(kv);
+  } else {
+    t.value = dtype_tolerance(HALO_COMPUTE_DTYPE_FP32);
+    t.why = missing + " and no kv_cache_dtype: assuming fp32";
+  }
+  return t;
+}
+
+Tolerance tolerance_for(const Session& s) {
+  if (settings().tolerance > 0) return {settings().tolerance, "--tolerance"};
+  return default_tolerance(s.lib->api->abi_minor, s.limits);
+}
+
 std::string compare_rows(const std::vector<float>& got, const std::vector<float>& want,
                          double tol) {
   if (got.size() != want.size()) return "row sizes differ";
@@ -837,6 +928,24 @@ std::string compare_rows(const std::vector<float>& got, const std::vector<float>
   os << "max |got - want| / max(1, max|want|) = " << err / scale << " > tolerance " << tol
      << " (token id " << at << ": got " << got[at] << ", want " << want[at] << ")";
   return os.str();
+}
+
+double max_error(const WorkloadResult& got, const WorkloadResult& want) {
+  double worst = 0;
+  for (size_t i = 0; i < want.rows.size() && i < got.rows.size(); ++i)
+    for (size_t o = 0; o < want.rows[i].size() && o < got.rows[i].size(); ++o) {
+      const auto& g = got.rows[i][o];
+      const auto& w = want.rows[i][o];
+      if (g.size() != w.size()) return INFINITY;
+      double scale = 1.0, err = 0.0;
+      for (size_t k = 0; k < w.size(); ++k) {
+        scale = std::max(scale, std::fabs(double{w[k]}));
+        const double d = std::fabs(double{g[k]} - double{w[k]});
+        err = std::isnan(d) ? INFINITY : std::max(err, d);
+      }
+      worst = std::max(worst, err / scale);
+    }
+  return worst;
 }
 
 std::string compare_results(const WorkloadResult& got, const WorkloadResult& want, double tol,

@@ -31,7 +31,9 @@ struct Settings {
   OptionList compile_options;     // --compile-option k=v (compile, v1.1, of the plugin under test)
   std::string tp_option;          // --tp-option KEY: the option selecting the tensor-parallel degree
   std::vector<int> tp_degrees;    // --tp-degrees 1,2,4
-  double tolerance = 1e-3;        // --tolerance: max |a-b| / max(1, max |ref|) per logits row
+  // --tolerance: max |a-b| / max(1, max |ref|) per logits row. 0 = not given:
+  // each prepared model gets the default of its compute dtype (tolerance_for).
+  double tolerance = 0;
   std::string model_dtype;        // --model-dtype fp32|bf16|fp16: weights of the generated models ("" = preferred)
 };
 Settings& settings();
@@ -161,6 +163,7 @@ struct SessionOptions {
   OptionList prepare_options;
   OptionList compile_options;
   bool use_settings_options = true;
+  size_t limits_size = 0;      // halo_limits.struct_size to pass (0: ours); an older caller's is smaller
 };
 // Opens device `index` of `lib`, prepares `m` and creates a KV cache.
 // On failure returns std::nullopt and sets *status.
@@ -222,9 +225,30 @@ std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed);
 // Prompt lengths fitting the agreed limits.
 std::vector<std::vector<int32_t>> make_prompts(const Session& s, std::vector<int> lengths, int outputs, uint32_t seed);
 
+// ---------------------------------------------------------------- tolerance
+
+// The logits tolerance and where it came from (printed with every golden test).
+struct Tolerance {
+  double value = 0;
+  std::string why;
+};
+// Default tolerance per compute element type (halo_compute_dtype; 0 for an unknown value).
+double dtype_tolerance(int32_t compute_dtype);
+// The rule, from what a prepare answered: `plugin_minor` is the plugin's
+// abi_minor, `lim` the limits it agreed (its struct_size: what the caller
+// passed). compute_dtype (v1.3) when reported, else inferred from
+// kv_cache_dtype (v1.2), else fp32; the coarser of compute and KV type wins.
+Tolerance default_tolerance(uint32_t plugin_minor, const halo_limits& lim);
+// --tolerance when given, else default_tolerance for the session.
+Tolerance tolerance_for(const Session& s);
+// The table and the rule in one line (printed at start).
+std::string tolerance_rule();
+
 // Compares logits: empty string when within tolerance, else a description.
 std::string compare_rows(const std::vector<float>& got, const std::vector<float>& want, double tol);
 std::string compare_results(const WorkloadResult& got, const WorkloadResult& want, double tol, bool check_argmax);
+// The largest max |a-b| / max(1, max |ref|) over all rows (what the tolerance bounds).
+double max_error(const WorkloadResult& got, const WorkloadResult& want);
 int argmax(const std::vector<float>& row);
 
 }  // namespace conf

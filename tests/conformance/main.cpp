@@ -34,7 +34,10 @@ constexpr const char* kUsage =
                            any --compile-option) runs every model compiled ahead of time
   --tp-option KEY          the option (device, prepare and compile) selecting the tensor-parallel degree
   --tp-degrees 1,2,4       degrees to compare with the first (with --tp-option)
-  --tolerance X            logits tolerance: max|a-b| / max(1, max|reference|) (default 1e-3)
+  --tolerance X            logits tolerance: max|a-b| / max(1, max|reference|) for every model
+                           (default: per prepared model, from the compute dtype its prepare reports,
+                           ABI v1.3 limits.compute_dtype: fp32 1e-3, fp16 5e-3, bf16 2e-2,
+                           fp8 and int8 1e-1; older plugins: inferred from kv_cache_dtype)
   --model-dtype D          weights of the generated models: fp32, bf16 or fp16 (default: the first
                            the device claims, fp32 before bf16 before fp16)
   --filter PATTERN         run only matching tests (= --gtest_filter)
@@ -131,7 +134,12 @@ int main(int argc, char** argv) {
       std::stringstream ss(value("--tp-degrees"));
       for (std::string d; std::getline(ss, d, ',');) s.tp_degrees.push_back(std::atoi(d.c_str()));
     } else if (is("--tolerance")) {
-      s.tolerance = std::atof(value("--tolerance").c_str());
+      const std::string v = value("--tolerance");
+      s.tolerance = std::atof(v.c_str());
+      if (!(s.tolerance > 0)) {
+        std::cerr << "halo-conformance: --tolerance " << v << ": expected a positive number\n";
+        return 2;
+      }
     } else if (is("--model-dtype")) {
       s.model_dtype = value("--model-dtype");
       if (s.model_dtype != "fp32" && s.model_dtype != "bf16" && s.model_dtype != "fp16") {
@@ -206,6 +214,10 @@ int main(int argc, char** argv) {
       std::cout << "halo-conformance: prepare option " << k << "=" << v << "\n";
     for (const auto& [k, v] : s.compile_options)
       std::cout << "halo-conformance: compile option " << k << "=" << v << "\n";
+    if (s.tolerance > 0)
+      std::cout << "halo-conformance: tolerance " << s.tolerance << " for every model (--tolerance)\n";
+    else
+      std::cout << "halo-conformance: tolerance " << conf::tolerance_rule() << "\n";
     if (conf::uses_compile())
       std::cout
           << "halo-conformance: models are compiled ahead of time (compile entry, static shapes)\n";

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <random>
 
 #include "suite.h"
@@ -231,6 +232,39 @@ TEST_F(Conformance, VersionOptionalEntries) {
     b.device_index = dev();
     return take(api(), api()->device_get_stats(&b));
   }, {INVALID}, "stats");
+}
+
+TEST_F(Conformance, VersionComputeDtype) {
+  // v1.3: prepare reports the element type a model is computed in; the
+  // suite's default tolerance follows it. A v1.2 caller's shorter limits
+  // must get no such write, and then the tolerance falls back to the KV type.
+  const uint32_t minor = api()->abi_minor;
+  for (WeightDtype d : {WeightDtype::F32, WeightDtype::BF16, WeightDtype::F16}) {
+    if (!claims(dtype_cap(d))) continue;
+    ModelConfig c = family("llama");
+    c.dtype = d;
+    const Model m(c);
+    Status st;
+    auto s = make_session(plugin(), dev(), m, {}, &st);
+    ASSERT_TRUE(s) << dtype_name(d) << ": " << describe(st);
+    const Tolerance t = tolerance_for(*s);
+    std::cout << "[ compute ] " << dtype_name(d) << " weights: compute dtype "
+              << (minor >= 3 ? halo_compute_dtype_name(s->limits.compute_dtype) : "(before v1.3)") << ", KV cache "
+              << (minor >= 2 ? halo_kv_dtype_name(s->limits.kv_cache_dtype) : "(before v1.2)") << ": tolerance "
+              << t.value << " (" << t.why << ")\n";
+    if (minor >= 3) {
+      EXPECT_GT(dtype_tolerance(s->limits.compute_dtype), 0)
+          << dtype_name(d) << " weights: limits.compute_dtype=" << s->limits.compute_dtype << " ("
+          << halo_compute_dtype_name(s->limits.compute_dtype) << ") is not a known halo_compute_dtype " CONTRACT_COMPUTE;
+    }
+    SessionOptions v12;
+    v12.limits_size = HALO_STRUCT_SIZE(halo_limits, kv_cache_dtype);
+    auto old = make_session(plugin(), dev(), m, v12, &st);
+    ASSERT_TRUE(old) << dtype_name(d) << " weights, limits of a v1.2 caller (struct_size=" << v12.limits_size
+                     << "): " << describe(st) << " " CONTRACT_VERSION;
+    const Tolerance f = default_tolerance(minor, old->limits);
+    EXPECT_NE(f.why.find("kv_cache_dtype"), std::string::npos) << f.why;
+  }
 }
 
 TEST_F(Conformance, VersionNewerCallerStructs) {

@@ -2,6 +2,7 @@
 // padding, tensor parallelism.
 #include <algorithm>
 #include <cstring>
+#include <iostream>
 
 #include "suite.h"
 
@@ -74,9 +75,12 @@ TEST_P(Golden, MatchesReference) {
   w.forced = &want.argmax;  // teacher forcing: both see the same tokens
   const WorkloadResult got = run_workload(*s, w);
   ASSERT_TRUE(got.status.ok()) << gc.family << ": execute failed: " << describe(got.status) << " " CONTRACT_LOGITS;
-  const std::string e = compare_results(got, want, settings().tolerance, true);
-  EXPECT_EQ(e, "") << gc.family << "/" << dtype_name(gc.dtype) << ": "
-                   << (e.find("greedy") != std::string::npos ? "" : CONTRACT_LOGITS);
+  const Tolerance tol = tolerance_for(*s);
+  std::cout << "[ golden ] " << gc.family << "/" << dtype_name(c.dtype) << ": max error " << max_error(got, want)
+            << ", tolerance " << tol.value << " (" << tol.why << ")\n";
+  const std::string e = compare_results(got, want, tol.value, true);
+  EXPECT_EQ(e, "") << gc.family << "/" << dtype_name(gc.dtype) << ", tolerance " << tol.value << " (" << tol.why
+                   << "): " << (e.find("greedy") != std::string::npos ? "" : CONTRACT_LOGITS);
 }
 
 std::vector<GoldenCase> golden_cases() {
@@ -436,7 +440,7 @@ TEST_F(Conformance, LimitsSmallerBatchesAreCorrect) {
     for (int i = 0; i < b; ++i)
       for (size_t o = 0; o < got.rows[static_cast<size_t>(i)].size(); ++o) {
         EXPECT_EQ(compare_rows(got.rows[static_cast<size_t>(i)][o], alone[static_cast<size_t>(i)].rows[0][o],
-                               r ? settings().tolerance : 1e-4),
+                               r ? tolerance_for(*s).value : 1e-4),
                   "")
             << "batch of " << b << ", sequence " << i << ", output " << o << " " CONTRACT_PADDING;
       }
@@ -527,8 +531,12 @@ TEST_F(Conformance, TensorParallelEqualsOneChip) {
       w.forced = &first->argmax;
       continue;
     }
-    EXPECT_EQ(compare_results(r, *first, cfg.tolerance, true), "")
-        << cfg.tp_option << "=" << d << " against " << cfg.tp_option << "=" << degrees[0] << " " CONTRACT_TP;
+    const Tolerance tol = tolerance_for(*s);
+    std::cout << "[ tp ] " << cfg.tp_option << "=" << d << " against " << degrees[0] << ": max error "
+              << max_error(r, *first) << ", tolerance " << tol.value << " (" << tol.why << ")\n";
+    EXPECT_EQ(compare_results(r, *first, tol.value, true), "")
+        << cfg.tp_option << "=" << d << " against " << cfg.tp_option << "=" << degrees[0] << ", tolerance "
+        << tol.value << " (" << tol.why << ") " CONTRACT_TP;
   }
 }
 

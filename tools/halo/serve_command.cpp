@@ -216,6 +216,7 @@ Plan plan_models(const CLI::App& cmd, const ServeOptions& o, bool sm) {
         s.name = rm.name;
         s.version = rm.version;
         s.max_batch_size = rm.max_batch_size;
+        s.extra_names = rm.aliases;
         serve::apply_layer(s, env_without_model);
         serve::apply_layer(s, rm.settings);
         serve::apply_layer(s, cli);
@@ -227,7 +228,9 @@ Plan plan_models(const CLI::App& cmd, const ServeOptions& o, bool sm) {
   }
   std::set<std::string> names;
   for (const auto& m : plan.models) {
-    for (const auto& n : std::vector<std::string>{m.name}) {
+    std::vector<std::string> all{m.name};
+    all.insert(all.end(), m.extra_names.begin(), m.extra_names.end());
+    for (const auto& n : all) {
       if (!names.insert(n).second)
         throw Error(fmt::format("two models are named '{}': name them with --model NAME=DIR", n));
     }

@@ -1,5 +1,7 @@
-/* halo device plugin ABI, version 1.1 (1.1 appended compile, device_get_stats and
- * halo_model_spec.compiled_model_dir / compiled_target).
+/* halo device plugin ABI, version 1.3. Minor versions only append:
+ *  1.1: compile, device_get_stats, halo_model_spec.compiled_model_dir / compiled_target;
+ *  1.2: halo_limits.kv_cache_dtype;
+ *  1.3: halo_limits.compute_dtype.
  *
  * A device plugin is a shared library that exports one symbol,
  *
@@ -38,7 +40,7 @@ extern "C" {
 #endif
 
 #define HALO_ABI_VERSION_MAJOR 1
-#define HALO_ABI_VERSION_MINOR 2
+#define HALO_ABI_VERSION_MINOR 3
 
 /* Name of the one symbol every plugin exports. */
 #define HALO_PLUGIN_ENTRY_SYMBOL "halo_plugin_get_api"
@@ -219,6 +221,18 @@ typedef struct halo_limits {
    * proposed type fails prepare naming it; a caller older than v1.2 gets
    * the device's choice. */
   int32_t kv_cache_dtype; /* halo_kv_dtype */
+  /* v1.3, out only (the caller sets 0): the element type this prepared
+   * model is computed in, halo_compute_dtype -- the narrowest type any
+   * matmul input (weight or activation) is rounded to, accumulation assumed
+   * fp32. It decides how far its logits may stray from an fp32 reference
+   * (the conformance suite's default tolerance). It is a property of the
+   * prepared model, not of the device: the same device may compute fp32
+   * weights in fp32 and 16-bit weights in bf16. A v1.3 plugin always answers;
+   * a plugin older than v1.3 leaves it unset. On LP64 the field occupies what
+   * was the v1.2 struct's tail padding (sizeof stays 56), so a v1.2 caller's
+   * struct_size already covers it: the caller learns that the plugin answered
+   * from its abi_minor >= 3, not from struct_size. */
+  int32_t compute_dtype; /* halo_compute_dtype */
 } halo_limits;
 
 /* v1.2: KV cache element types (halo_limits.kv_cache_dtype). */
@@ -236,6 +250,30 @@ static inline const char* halo_kv_dtype_name(int32_t d) {
     case HALO_KV_DTYPE_FP32: return "fp32";
     case HALO_KV_DTYPE_BF16: return "bf16";
     case HALO_KV_DTYPE_FP16: return "fp16";
+    default: return "unknown";
+  }
+}
+
+/* v1.3: compute element types (halo_limits.compute_dtype). 1..3 share their
+ * values with halo_kv_dtype. */
+typedef enum halo_compute_dtype {
+  HALO_COMPUTE_DTYPE_UNSET = 0, /* not reported: a plugin older than v1.3 */
+  HALO_COMPUTE_DTYPE_FP32 = 1,
+  HALO_COMPUTE_DTYPE_BF16 = 2,
+  HALO_COMPUTE_DTYPE_FP16 = 3,
+  HALO_COMPUTE_DTYPE_FP8 = 4,  /* fp8 e4m3 matmul inputs */
+  HALO_COMPUTE_DTYPE_INT8 = 5, /* int8 quantized weights and activations */
+} halo_compute_dtype;
+
+/* Name of a halo_compute_dtype for messages ("unset", "fp32", "bf16", ...). */
+static inline const char* halo_compute_dtype_name(int32_t d) {
+  switch (d) {
+    case HALO_COMPUTE_DTYPE_UNSET: return "unset";
+    case HALO_COMPUTE_DTYPE_FP32: return "fp32";
+    case HALO_COMPUTE_DTYPE_BF16: return "bf16";
+    case HALO_COMPUTE_DTYPE_FP16: return "fp16";
+    case HALO_COMPUTE_DTYPE_FP8: return "fp8";
+    case HALO_COMPUTE_DTYPE_INT8: return "int8";
     default: return "unknown";
   }
 }

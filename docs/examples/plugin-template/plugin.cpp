@@ -1,5 +1,5 @@
 // A minimal halo device plugin: the whole ABI (core/include/halo/device_abi.h,
-// v1.1; the optional v1.1 entries compile and device_get_stats are left NULL)
+// v1.3; the optional v1.1 entries compile and device_get_stats are left NULL)
 // with the simplest code that is correct. It runs a naive fp32 transformer on
 // the host, one token and one head at a time, with a paged KV cache read only
 // through the block tables. Use it as the starting point of a
@@ -342,7 +342,8 @@ halo_error* prepare(halo_prepare_args* args) {
     check_args(args, "args");
     if (args->device == nullptr) invalid("device is NULL");
     validate_spec(args->spec);
-    check_args(args->limits, "limits");
+    // halo_limits grew in v1.2 (kv_cache_dtype) and v1.3 (compute_dtype).
+    check_args(args->limits, "limits", HALO_STRUCT_SIZE(halo_limits, kv_memory_available));
     if (args->num_options > 0 && args->options == nullptr)
       invalid("options=NULL with num_options=", args->num_options);
     const halo_model_spec& s = *args->spec;
@@ -428,6 +429,10 @@ halo_error* prepare(halo_prepare_args* args) {
     lim.kv_bytes_per_block = agreed.kv_bytes_per_block;
     lim.kv_memory_available = agreed.kv_memory_available;
     if (has_kv_dtype) lim.kv_cache_dtype = HALO_KV_DTYPE_FP32;
+    // v1.3: what the arithmetic runs in (16-bit weights widen to fp32 exactly);
+    // the conformance suite's default tolerance follows it. Say it honestly.
+    if (lim.struct_size >= HALO_STRUCT_SIZE(halo_limits, compute_dtype))
+      lim.compute_dtype = HALO_COMPUTE_DTYPE_FP32;
     args->executable = exe.release();
   });
 }

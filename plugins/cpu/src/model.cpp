@@ -96,6 +96,7 @@ void prepare(halo_prepare_args* args) {
   const int64_t V = s.vocab_size, H = s.hidden_size, I = s.intermediate_size;
   const int64_t NQ = int64_t{s.num_heads} * s.head_dim, NKV = int64_t{s.num_kv_heads} * s.head_dim;
   size_t n16 = 0, nf16 = 0, nf32 = 0, packed_bytes = 0;
+  bool any_bf16_matmul = false;  // some projection rounds its inputs to bf16 (v1.3 compute_dtype)
   // Builds one projection from checkpoint matrices fused along N.
   auto linear = [&](std::initializer_list<std::pair<std::string, int64_t>> parts, int64_t K,
                     std::vector<float> bias) {
@@ -116,7 +117,10 @@ void prepare(halo_prepare_args* args) {
                     [](const kernels::WeightSource& p) { return p.dtype == DType::F32; });
     if (dtype == "float32" || (all_f32 && dtype == "auto")) {
       L.kind = Linear::Kind::kF32;  // fp32 activations; weights read in place
-    } else if (use_onednn) {
+      return L;
+    }
+    any_bf16_matmul = true;
+    if (use_onednn) {
 #ifdef HALO_HAVE_ONEDNN
       L.kind = Linear::Kind::kOneDnn;
       L.dnnl = std::make_unique<onednn::Linear>(L.parts, L.K);
@@ -221,6 +225,9 @@ void prepare(halo_prepare_args* args) {
   lim->kv_bytes_per_block = exe->kv_bytes_per_block;
   lim->kv_memory_available = avail > margin ? avail - margin : 0;
   set_kv_dtype(lim, kv_agreed);
+  // bf16 as soon as one projection runs the bf16 GEMM; the reference kernels
+  // and fp32 projections keep fp32 activations (16-bit weights widen exactly).
+  set_compute_dtype(lim, any_bf16_matmul ? HALO_COMPUTE_DTYPE_BF16 : HALO_COMPUTE_DTYPE_FP32);
   args->executable = exe.release();
 }
 

@@ -1,4 +1,5 @@
-// The CPU reference plugin: the halo_plugin_api table (device_abi.h v1).
+// The CPU plugin: the halo_plugin_api table (device_abi.h v1.3). Fast kernels by
+// default; its fp32 reference kernels (kernels=reference) are the suite's reference.
 #include <charconv>
 #include <cstring>
 #include <string_view>
@@ -159,7 +160,9 @@ constexpr halo_plugin_api kApi = {
     HALO_ABI_VERSION_MAJOR,
     HALO_ABI_VERSION_MINOR,
     "cpu",
-    "0.1.0 (reference, fp32 KV)",
+    // What `halo devices` shows: the default path first, then how to get the other.
+    "0.1.0 (fast path by default: bf16 GEMM and KV for 16-bit weights, fp32 otherwise; "
+    "fp32 reference kernels with HALO_CPU_KERNELS=reference)",
     error_code,
     error_message,
     error_destroy,

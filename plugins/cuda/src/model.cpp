@@ -659,6 +659,8 @@ void prepare(halo_prepare_args* args) {
   lim->kv_bytes_per_block = exe->kv_bytes_per_block;
   lim->kv_memory_available = avail;
   set_kv_dtype(lim, exe->dt == Dt::BF16 ? HALO_KV_DTYPE_BF16 : HALO_KV_DTYPE_FP16);
+  // GEMM inputs are 16-bit (fp32 accumulation), as the KV cache.
+  set_compute_dtype(lim, exe->dt == Dt::BF16 ? HALO_COMPUTE_DTYPE_BF16 : HALO_COMPUTE_DTYPE_FP16);
   args->executable = exe.release();
 }
 

@@ -1,4 +1,4 @@
-// The CUDA plugin: the halo_plugin_api table (device_abi.h v1). Loads and
+// The CUDA plugin: the halo_plugin_api table (device_abi.h v1.3). Loads and
 // answers on machines without a GPU or driver: the CUDA runtime is linked
 // statically and finds libcuda.so at run time, so device_count reports the
 // runtime's reason instead of the library failing to load.

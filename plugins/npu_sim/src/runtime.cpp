@@ -237,6 +237,8 @@ void prepare(halo_prepare_args* a) {
   lim->kv_bytes_per_block = per_block;
   lim->kv_memory_available = fit_blocks * per_block;
   halo::plugin::set_kv_dtype(lim, HALO_KV_DTYPE_FP32);
+  // compile converted every weight to the manifest's 16-bit type (the KV stays fp32).
+  halo::plugin::set_compute_dtype(lim, dtype == "fp16" ? HALO_COMPUTE_DTYPE_FP16 : HALO_COMPUTE_DTYPE_BF16);
   a->executable = e.release();
 }
 

@@ -310,7 +310,6 @@ int32_t proposed_kv_dtype(const halo_limits* lim) {
                                                           : HALO_KV_DTYPE_AUTO;
 }
 
-
 void check_kv_dtype(const char* plugin, int32_t proposed,
                     std::initializer_list<int32_t> supported) {
   if (proposed == HALO_KV_DTYPE_AUTO) return;
@@ -326,6 +325,10 @@ void check_kv_dtype(const char* plugin, int32_t proposed,
 
 void set_kv_dtype(halo_limits* lim, int32_t agreed) {
   if (HALO_HAS_FIELD(lim, halo_limits, kv_cache_dtype)) lim->kv_cache_dtype = agreed;
+}
+
+void set_compute_dtype(halo_limits* lim, int32_t dtype) {
+  if (HALO_HAS_FIELD(lim, halo_limits, compute_dtype)) lim->compute_dtype = dtype;
 }
 
 }  // namespace halo::plugin

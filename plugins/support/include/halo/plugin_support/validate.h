@@ -65,6 +65,9 @@ int32_t proposed_kv_dtype(const halo_limits* lim);
 void check_kv_dtype(const char* plugin, int32_t proposed, std::initializer_list<int32_t> supported);
 // Writes the agreed type back when the caller's struct has the field.
 void set_kv_dtype(halo_limits* lim, int32_t agreed);
+// v1.3: reports the prepared model's halo_compute_dtype when the caller's
+// struct has the field.
+void set_compute_dtype(halo_limits* lim, int32_t dtype);
 
 size_t buffer_elem_size(const char* where, DLDataType t);
 size_t host_tensor_bytes(const char* where, const DLTensor* t);
