@@ -129,6 +129,12 @@ class Limits(unittest.TestCase):
         self.assertIn("for batch 20000 x max_seq_len 512", p.stderr)
         self.assertIn("GiB usable per chip", p.stderr)
 
+    def test_summary_names_the_context_its_estimates_are_for(self):
+        src = os.path.join(ARGS.source_dir, "models", "pkgchat-5m")
+        p = halo("compile", src, "--device", "rbln", "--max-seq-len", "512", "--dry-run")
+        self.assertIn("context 512", p.stdout)
+        self.assertNotIn("context 1024", p.stdout)
+
     def test_bad_tensor_parallel_size(self):
         src = os.path.join(ARGS.source_dir, "models", "pkgchat-5m")
         p = halo("compile", src, "--tensor-parallel-size", "3", "--dry-run", check=False)
