@@ -31,6 +31,7 @@ done
 [[ $(id -u) -eq 0 ]] || { echo "check-fresh-install: run as root (chroot and mounts)" >&2; exit 2; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${work:-$(mktemp -d /tmp/halo-fresh.XXXXXX)}
+mkdir -p "$work"
 root="$work/root"
 log() { printf '[fresh-install %(%H:%M:%S)T] %s\n' -1 "$*"; }
 
