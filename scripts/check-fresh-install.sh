@@ -45,9 +45,17 @@ cmd2=$(readme_command 2)
 [[ -n "$cmd1" && -n "$cmd2" ]] || { echo "check-fresh-install: README.md lacks the two commands" >&2; exit 2; }
 
 mounted=()
+# Every process still running inside the root (the server of command 1).
+kill_root_processes() {
+  local p
+  for p in /proc/[0-9]*; do
+    [[ "$(readlink "$p/root" 2>/dev/null)" == "$root" ]] && kill "${p#/proc/}" 2>/dev/null
+  done
+  return 0
+}
 cleanup() {
+  kill_root_processes
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[i]}" 2>/dev/null || true; done
-  [[ -n "${server_pid:-}" ]] && kill "$server_pid" 2>/dev/null || true
   if ((keep)); then log "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
@@ -75,6 +83,10 @@ in_root() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/
   LANG=C.UTF-8 TERM=dumb bash -c "cd /root/halo && $1"; }
 
 if [[ "$only" != 2 ]]; then
+  # The README's server listens on 127.0.0.1:8000, shared with this host.
+  if (exec 3<>/dev/tcp/127.0.0.1/8000) 2>/dev/null; then
+    log "FAIL: 127.0.0.1:8000 is already in use on this host; stop what listens there first"; exit 1
+  fi
   log "command 1: $cmd1"
   t1=$SECONDS
   in_root "$cmd1" >"$work/command1.log" 2>&1 &
@@ -91,7 +103,7 @@ if [[ "$only" != 2 ]]; then
   answer=$(in_root "$request")
   echo "$answer" | head -c 600; echo
   if ! echo "$answer" | grep -q '"content"'; then log "FAIL: the README's curl request got no chat completion"; exit 1; fi
-  kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""
+  kill_root_processes; wait "$server_pid" 2>/dev/null || true
   log "command 1: PASS in $((SECONDS - t1)) s"
 fi
 
