@@ -1,17 +1,30 @@
 #include "device/plugin.h"
 
-#include <algorithm>
-#include <cstring>
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include <boost/dll/shared_library.hpp>
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 namespace halo::device {
 namespace fs = std::filesystem;
 
+// dlopen'ed directly: the error is dlerror()'s text alone (boost::dll's
+// exceptions appended a stale ": Bad file descriptor" to every message).
 struct Plugin::Library {
-  boost::dll::shared_library lib;
+  void* handle = nullptr;
+  ~Library() {
+    if (handle != nullptr) ::dlclose(handle);
+  }
 };
 
 const char* status_name(halo_status_code code) {
@@ -74,6 +87,83 @@ fs::path resolve_plugin(const std::string& name_or_path) {
                           name_or_path, file, searched, known.empty() ? "none" : known, name_or_path));
 }
 
+// ------------------------------------------------------------ ELF check
+// dlopen maps a library's segments as the program headers describe them; for
+// a truncated file those mappings reach past its end and the first access
+// there is a SIGBUS that kills the whole process (`halo devices` included,
+// though it only wanted to list the other plugins). So the headers are read
+// and checked against the file size first: a few hundred bytes of reading.
+
+#if defined(__x86_64__)
+constexpr uint16_t kHostMachine = EM_X86_64;
+#elif defined(__aarch64__)
+constexpr uint16_t kHostMachine = EM_AARCH64;
+#else
+constexpr uint16_t kHostMachine = EM_NONE;  // not checked
+#endif
+
+// Reads exactly `n` bytes at `offset`; false when the file is shorter.
+bool read_at(int fd, void* buf, size_t n, uint64_t offset) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+  return true;
+}
+
+// True when [offset, offset + count * entsize) lies within `size` bytes.
+bool table_fits(uint64_t offset, uint64_t count, uint64_t entsize, uint64_t size) {
+  if (count != 0 && entsize > (size / count)) return false;
+  return offset <= size && count * entsize <= size - offset;
+}
+
+// Why the ELF file at `fd` cannot be a loadable plugin; "" when it looks sound.
+std::string elf_problem(int fd, uint64_t size) {
+  Elf64_Ehdr eh{};
+  if (!read_at(fd, &eh, sizeof eh, 0)) return fmt::format("{} bytes, shorter than an ELF header", size);
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return "no ELF magic";
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64) return "not a 64-bit ELF file";
+  if (eh.e_ident[EI_DATA] != (std::endian::native == std::endian::little ? ELFDATA2LSB : ELFDATA2MSB))
+    return "ELF byte order differs from this machine's";
+  if (eh.e_type != ET_DYN) return fmt::format("ELF type {} is not a shared object", eh.e_type);
+  if (kHostMachine != EM_NONE && eh.e_machine != kHostMachine)
+    return fmt::format("built for ELF machine {}, this machine is {}", eh.e_machine, kHostMachine);
+  if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0) return "no valid program header table";
+  if (!table_fits(eh.e_phoff, eh.e_phnum, eh.e_phentsize, size))
+    return fmt::format("program header table ends past the end of the file ({} bytes)", size);
+  if (eh.e_shoff != 0 && !table_fits(eh.e_shoff, eh.e_shnum, eh.e_shentsize, size))
+    return fmt::format("section header table ends past the end of the file ({} bytes)", size);
+  std::vector<Elf64_Phdr> ph(eh.e_phnum);
+  if (!read_at(fd, ph.data(), ph.size() * sizeof(Elf64_Phdr), eh.e_phoff)) return "cannot read the program headers";
+  for (size_t i = 0; i < ph.size(); ++i) {
+    const Elf64_Phdr& p = ph[i];
+    if (p.p_type != PT_LOAD && p.p_type != PT_DYNAMIC) continue;
+    if (!table_fits(p.p_offset, 1, p.p_filesz, size))
+      return fmt::format("segment {} (file bytes {}..{}) ends past the end of the file ({} bytes)", i, p.p_offset,
+                         p.p_offset + p.p_filesz, size);
+  }
+  return "";
+}
+
+// Refuses a file dlopen could not map safely, naming the reason.
+void check_elf_file(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("plugin {}: cannot open: {}", path.string(), std::strerror(errno)));
+  struct stat st {};
+  std::string problem;
+  if (::fstat(fd, &st) != 0) problem = fmt::format("cannot stat: {}", std::strerror(errno));
+  else if (!S_ISREG(st.st_mode)) problem = "not a regular file";
+  else problem = elf_problem(fd, static_cast<uint64_t>(st.st_size));
+  ::close(fd);
+  if (!problem.empty())
+    throw Error(fmt::format("plugin {}: truncated or not a valid shared library ({})", path.string(), problem));
+}
+
 // Oldest table size a v1 host can use: everything up to executable_destroy.
 constexpr size_t kMinApiSize = HALO_STRUCT_SIZE(halo_plugin_api, execute);
 
@@ -83,20 +173,22 @@ std::shared_ptr<Plugin> Plugin::load(const std::string& name_or_path) {
   fs::path path = resolve_plugin(name_or_path);
   auto plugin = std::shared_ptr<Plugin>(new Plugin());  // private constructor
   plugin->path_ = path;
+  check_elf_file(path);
   plugin->library_ = std::make_unique<Library>();
-  try {
-    plugin->library_->lib.load(boost::dll::fs::path(path.string()),
-                               boost::dll::load_mode::rtld_local | boost::dll::load_mode::rtld_now);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("plugin {}: cannot load as a shared library: {}", path.string(), e.what()));
+  ::dlerror();  // clear a stale message
+  plugin->library_->handle = ::dlopen(path.c_str(), RTLD_LOCAL | RTLD_NOW);
+  if (plugin->library_->handle == nullptr) {
+    const char* why = ::dlerror();
+    throw Error(fmt::format("plugin {}: cannot load as a shared library: {}", path.string(),
+                            why ? why : "dlopen failed"));
   }
-  auto& lib = plugin->library_->lib;
-  if (!lib.has(HALO_PLUGIN_ENTRY_SYMBOL)) {
+  void* entry = ::dlsym(plugin->library_->handle, HALO_PLUGIN_ENTRY_SYMBOL);
+  if (entry == nullptr) {
     throw Error(fmt::format("plugin {}: missing entry symbol {} (not a halo device plugin)",
                             path.string(), HALO_PLUGIN_ENTRY_SYMBOL));
   }
-  auto get_api = lib.get<const halo_plugin_api*()>(HALO_PLUGIN_ENTRY_SYMBOL);
-  const halo_plugin_api* api = get_api();
+  using GetApi = const halo_plugin_api* (*)();
+  const halo_plugin_api* api = reinterpret_cast<GetApi>(entry)();
   if (api == nullptr) throw Error(fmt::format("plugin {}: {} returned NULL", path.string(), HALO_PLUGIN_ENTRY_SYMBOL));
   if (api->abi_major != HALO_ABI_VERSION_MAJOR) {
     throw Error(fmt::format("plugin {}: ABI major version {} (v{}.{}) is not supported by this halo, which speaks v{}.{}",

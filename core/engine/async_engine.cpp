@@ -131,7 +131,6 @@ void AsyncEngine::abort(const std::string& request_id) {
 }
 
 void AsyncEngine::handle_add(const std::shared_ptr<Request>& req) {
-  static uint64_t counter = 0;  // loop thread only
   if (requests_.count(req->id)) {
     StreamEvent ev;
     ev.finished = true;
@@ -144,7 +143,7 @@ void AsyncEngine::handle_add(const std::shared_ptr<Request>& req) {
     return;
   }
   requests_[req->id] = req;
-  uint64_t tag = counter++;
+  uint64_t tag = next_seq_tag_++;
   for (size_t i = 0; i < req->choices.size(); ++i) {
     Choice& c = req->choices[i];
     c.seq_id = fmt::format("{}#{}", tag, i);
@@ -307,6 +306,16 @@ void AsyncEngine::fail_all(const std::string& message) {
       ev.error = message;
       finish_choice(*req, c, std::move(ev));
     }
+  }
+  // /metrics must not keep showing the failed requests as running or waiting.
+  try {
+    refresh_gauges();
+  } catch (const std::exception&) {  // the engine's stats may be unreadable after its failure
+  }
+  if (requests_.empty()) {
+    std::lock_guard lk(metrics_mu_);
+    metrics_.num_running = 0;
+    metrics_.num_waiting = 0;
   }
 }
 

@@ -142,6 +142,8 @@ class AsyncEngine {
   // Loop-thread state.
   std::unordered_map<std::string, std::shared_ptr<Request>> requests_;       // by request id
   std::unordered_map<std::string, std::pair<std::shared_ptr<Request>, int>> by_seq_;  // seq id -> (request, choice)
+  // Tags the engine's sequence ids; per engine, as each model has its own loop thread.
+  uint64_t next_seq_tag_ = 0;
   std::chrono::steady_clock::time_point last_log_;
   uint64_t logged_prompt_ = 0, logged_generation_ = 0, logged_steps_ = 0, logged_seqs_ = 0;
   double logged_step_seconds_ = 0;

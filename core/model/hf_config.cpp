@@ -113,6 +113,19 @@ FamilyDefaults defaults_for(ModelFamily f) {
   return {1e-6, 10000.0, 2048};
 }
 
+// Upper bounds of the size fields. The loader sizes its tables from these
+// before any weight is read, so a config.json saying num_hidden_layers=1e9
+// must be refused here, not after allocating for a billion layers. Each is
+// well above the largest released model (405B: 126 layers, hidden 16384,
+// 128 heads; vocabularies up to ~262k; contexts up to ~10M positions).
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHidden = int64_t{1} << 20;
+constexpr int64_t kMaxIntermediate = int64_t{1} << 22;
+constexpr int64_t kMaxHeads = int64_t{1} << 14;
+constexpr int64_t kMaxHeadDim = int64_t{1} << 14;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxPositions = int64_t{1} << 26;
+
 // Typed access with errors naming the source, the key and the value seen.
 class Reader {
  public:
@@ -123,12 +136,21 @@ class Reader {
   const json& at(const char* key) const { return j_.at(key); }
 
   int64_t integer(const json& v, const std::string& what) const {
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw Error(fmt::format("{}: {}={} is out of range", source_, what, v.dump()));
     if (v.is_number_integer()) return v.get<int64_t>();
     if (v.is_number_float()) {
       double d = v.get<double>();
       if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
     }
     throw Error(fmt::format("{}: {}={} is not an integer", source_, what, v.dump()));
+  }
+  int32_t size_field(const char* key, int64_t max) const {
+    int64_t x = integer(at(key), key);
+    if (x <= 0) throw Error(fmt::format("{}: {}={} must be positive", source_, key, x));
+    if (x > max)
+      throw Error(fmt::format("{}: {}={} is beyond any real model (at most {} accepted)", source_, key, x, max));
+    return static_cast<int32_t>(x);
   }
   int32_t int32(const json& v, const std::string& what) const {
     int64_t x = integer(v, what);
@@ -141,17 +163,13 @@ class Reader {
     return v.get<double>();
   }
 
-  int32_t required_positive(const char* key) const {
+  // A size field: a positive integer no larger than `max` (see kMax*).
+  int32_t required_positive(const char* key, int64_t max) const {
     if (!has(key)) throw Error(fmt::format("{}: missing required key '{}'", source_, key));
-    int32_t x = int32(at(key), key);
-    if (x <= 0) throw Error(fmt::format("{}: {}={} must be positive", source_, key, x));
-    return x;
+    return size_field(key, max);
   }
-  int32_t positive_or(const char* key, int32_t fallback) const {
-    if (!has(key)) return fallback;
-    int32_t x = int32(at(key), key);
-    if (x <= 0) throw Error(fmt::format("{}: {}={} must be positive", source_, key, x));
-    return x;
+  int32_t positive_or(const char* key, int32_t fallback, int64_t max) const {
+    return has(key) ? size_field(key, max) : fallback;
   }
   double number_or(const char* key, double fallback) const {
     return has(key) ? number(at(key), key) : fallback;
@@ -286,12 +304,12 @@ ModelConfig parse_model_config(const json& config, const json* generation, const
 
   halo_model_spec& s = cfg.spec;
   s.struct_size = sizeof(halo_model_spec);
-  s.vocab_size = r.required_positive("vocab_size");
-  s.hidden_size = r.required_positive("hidden_size");
-  s.intermediate_size = r.required_positive("intermediate_size");
-  s.num_layers = r.required_positive("num_hidden_layers");
-  s.num_heads = r.required_positive("num_attention_heads");
-  s.num_kv_heads = r.positive_or("num_key_value_heads", s.num_heads);
+  s.vocab_size = r.required_positive("vocab_size", kMaxVocab);
+  s.hidden_size = r.required_positive("hidden_size", kMaxHidden);
+  s.intermediate_size = r.required_positive("intermediate_size", kMaxIntermediate);
+  s.num_layers = r.required_positive("num_hidden_layers", kMaxLayers);
+  s.num_heads = r.required_positive("num_attention_heads", kMaxHeads);
+  s.num_kv_heads = r.positive_or("num_key_value_heads", s.num_heads, kMaxHeads);
   if (s.num_heads % s.num_kv_heads != 0)
     throw Error(fmt::format("{}: num_key_value_heads={} does not divide num_attention_heads={}", source,
                             s.num_kv_heads, s.num_heads));
@@ -299,7 +317,7 @@ ModelConfig parse_model_config(const json& config, const json* generation, const
   // head_dim: Phi3Config has no such key (always hidden/heads); the others
   // honour an explicit one (Qwen3 always has it, its class default is 128).
   if (cfg.family != ModelFamily::kPhi3 && r.has("head_dim")) {
-    s.head_dim = r.positive_or("head_dim", 0);
+    s.head_dim = r.positive_or("head_dim", 0, kMaxHeadDim);
   } else if (cfg.family == ModelFamily::kQwen3 && !r.has("head_dim")) {
     s.head_dim = 128;
   } else {
@@ -312,7 +330,7 @@ ModelConfig parse_model_config(const json& config, const json* generation, const
     throw Error(fmt::format("{}: num_attention_heads={} does not divide hidden_size={}", source, s.num_heads,
                             s.hidden_size));
 
-  s.max_position_embeddings = r.positive_or("max_position_embeddings", d.max_position_embeddings);
+  s.max_position_embeddings = r.positive_or("max_position_embeddings", d.max_position_embeddings, kMaxPositions);
   cfg.max_position_embeddings = s.max_position_embeddings;
   double eps = r.number_or("rms_norm_eps", d.rms_norm_eps);
   if (!(eps > 0) || !std::isfinite(eps))

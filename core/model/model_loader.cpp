@@ -1,5 +1,8 @@
 #include "model/model_loader.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -37,12 +40,49 @@ DLDataType dl_dtype(SafetensorsDType t) {
 
 std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
+// Heap memory from std::aligned_alloc.
+struct FreeDeleter {
+  void operator()(std::byte* p) const noexcept { std::free(p); }
+};
+using AlignedBytes = std::unique_ptr<std::byte, FreeDeleter>;
+
+// The NaN/Inf scan reads this many bytes from the start of each tensor: enough
+// to catch a tensor that is NaN throughout (a broken conversion or a diverged
+// checkpoint), while reading ~0.1% of a multi-GB model instead of all of it.
+constexpr size_t kScanBytes = 64 * 1024;
+
+bool non_finite(const std::byte* p, SafetensorsDType t) {
+  if (t == SafetensorsDType::kF32) {
+    uint32_t x;
+    std::memcpy(&x, p, 4);
+    return (x & 0x7f800000u) == 0x7f800000u;
+  }
+  uint16_t x;
+  std::memcpy(&x, p, 2);
+  return t == SafetensorsDType::kBF16 ? (x & 0x7f80u) == 0x7f80u : (x & 0x7c00u) == 0x7c00u;
+}
+
+// Warns (does not refuse: such a file is well-formed) when the scanned prefix
+// of a weight holds NaN or Inf values.
+void warn_non_finite(const SafetensorsFile& file, const TensorInfo& info, const std::byte* data) {
+  const size_t item = dtype_size(info.dtype);
+  const size_t n = std::min<uint64_t>(info.nbytes, kScanBytes) / item;
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += non_finite(data + i * item, info.dtype) ? 1 : 0;
+  if (bad > 0)
+    spdlog::warn("{}: tensor '{}' holds NaN or Inf values ({} of the first {} elements checked); the model's output "
+                 "will be garbage",
+                 file.path().string(), info.name, bad, n);
+}
+
 }  // namespace
 
 struct LoadedModel::Impl {
   ModelConfig config;
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   std::vector<std::unique_ptr<WeightEntry>> entries;
+  // Aligned copies of the tensors whose bytes sit unaligned in their file.
+  std::vector<AlignedBytes> copies;
   std::vector<halo_named_tensor> named;
   std::map<std::string, const DLTensor*, std::less<>> by_name;
   uint64_t bytes = 0;
@@ -69,6 +109,41 @@ std::vector<std::filesystem::path> LoadedModel::files() const {
   for (const auto& f : impl_->files) out.push_back(f->path());
   return out;
 }
+
+namespace {
+
+// Every layer needs tensors of its own: a config asking for more layers than
+// the weights hold tensors is refused before anything is sized by it.
+void check_layer_count(const ModelConfig& cfg, size_t tensors, const std::filesystem::path& config,
+                       const std::filesystem::path& weights) {
+  if (static_cast<size_t>(cfg.spec.num_layers) > tensors)
+    throw Error(fmt::format("{}: num_hidden_layers={} but {} holds only {} tensors", config.string(),
+                            cfg.spec.num_layers, weights.string(), tensors));
+}
+
+// A tensor's bytes, aligned to its element size as the plugin ABI requires.
+// safetensors allows any header length, so the data section (and every
+// tensor in it) can start at an odd offset of the page-aligned mapping; such
+// a tensor is copied once to aligned memory (a warning says so).
+const std::byte* tensor_bytes(const SafetensorsFile& file, const TensorInfo& info, std::vector<AlignedBytes>& copies) {
+  const std::byte* p = file.tensor_data(info);
+  const size_t item = dtype_size(info.dtype);
+  if (reinterpret_cast<uintptr_t>(p) % item != 0) {
+    spdlog::warn("{}: tensor '{}' is not {}-byte aligned in the file (header length not a multiple of 8); copying its "
+                 "{} bytes to aligned memory",
+                 file.path().string(), info.name, item, info.nbytes);
+    const size_t n = (std::max<uint64_t>(info.nbytes, 1) + 63) / 64 * 64;
+    AlignedBytes copy(static_cast<std::byte*>(std::aligned_alloc(64, n)));
+    if (!copy) throw Error(fmt::format("{}: cannot allocate {} bytes for tensor '{}'", file.path().string(), n, info.name));
+    std::memcpy(copy.get(), p, info.nbytes);
+    p = copy.get();
+    copies.push_back(std::move(copy));
+  }
+  warn_non_finite(file, info, p);
+  return p;
+}
+
+}  // namespace
 
 LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
   auto impl = std::make_unique<Impl>();
@@ -139,8 +214,13 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
     return *impl->files.back();
   };
 
+  check_layer_count(cfg, sharded ? weight_map.size() : impl->files.front()->tensors().size(),
+                    model_dir / "config.json", sharded ? index_path : single);
   const std::vector<WeightSource> expected = expected_weights(cfg);
   impl->entries.reserve(expected.size());
+  // Each file tensor's data as the plugin will see it (fused tensors are
+  // shared by several weights: checked and copied once).
+  std::map<const TensorInfo*, const std::byte*> resolved;
   for (const WeightSource& w : expected) {
     const SafetensorsFile& file = file_for(w);
     const std::string fname = file.path().string();
@@ -164,7 +244,9 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
     int64_t numel = 1;
     for (int64_t d : w.shape) numel *= d;
     DLTensor& t = entry->tensor;
-    t.data = const_cast<std::byte*>(file.tensor_data(*info));  // read-only mapping; DLTensor has no const
+    auto [it, fresh] = resolved.emplace(info, nullptr);
+    if (fresh) it->second = tensor_bytes(file, *info, impl->copies);
+    t.data = const_cast<std::byte*>(it->second);  // read-only mapping; DLTensor has no const
     t.device = {kDLCPU, 0};
     t.ndim = static_cast<int32_t>(entry->shape.size());
     t.dtype = dl_dtype(info->dtype);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -196,6 +197,26 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path
     info.data_offset = data_start + begin;
     info.nbytes = end - begin;
     tensors_.emplace(name, std::move(info));
+  }
+  check_no_overlap(fname);
+}
+
+// Two tensors sharing bytes would alias (a write through one plugin view
+// changes the other) and is never what a writer meant: refuse the file.
+void SafetensorsFile::check_no_overlap(const std::string& fname) const {
+  std::vector<const TensorInfo*> by_offset;
+  by_offset.reserve(tensors_.size());
+  for (const auto& [name, info] : tensors_)
+    if (info.nbytes > 0) by_offset.push_back(&info);  // empty tensors occupy nothing
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorInfo* a, const TensorInfo* b) { return a->data_offset < b->data_offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& prev = *by_offset[i - 1];
+    const TensorInfo& cur = *by_offset[i];
+    if (cur.data_offset < prev.data_offset + prev.nbytes)
+      throw Error(fmt::format("{}: tensor '{}' (file bytes {}..{}) overlaps tensor '{}' (file bytes {}..{})", fname,
+                              cur.name, cur.data_offset, cur.data_offset + cur.nbytes, prev.name, prev.data_offset,
+                              prev.data_offset + prev.nbytes));
   }
 }
 

@@ -4,8 +4,11 @@
 // Layout: 8-byte little-endian header length N, N bytes of JSON header
 // {"name": {"dtype": "BF16", "shape": [..], "data_offsets": [begin, end]},
 //  "__metadata__": {..}}, then the data; offsets are relative to the data.
-// The header is validated when the file is opened: every error names the file
-// and, where there is one, the tensor.
+// The header is validated when the file is opened (offsets inside the data
+// section, byte size = dtype size x shape, no two tensors overlapping): every
+// error names the file and, where there is one, the tensor. The header length
+// need not be a multiple of 8, so tensor data may be unaligned in the mapping
+// (the model loader copies such tensors to aligned memory).
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -74,6 +77,8 @@ class SafetensorsFile {
   size_t file_size() const { return file_.size(); }
 
  private:
+  void check_no_overlap(const std::string& fname) const;
+
   MappedFile file_;
   std::map<std::string, TensorInfo, std::less<>> tensors_;
   std::map<std::string, std::string> metadata_;

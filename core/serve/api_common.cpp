@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "text/jinja/chat_template.h"
+
 namespace halo::serve {
 
 const char* error_type(int status) {
@@ -62,26 +64,39 @@ std::optional<bool> Fields::boolean(const std::string& name) {
   return v->get<bool>();
 }
 
+namespace {
+[[noreturn]] void out_of_range(const std::string& name, int64_t lo, int64_t hi, const json& v) {
+  throw ApiError(400, fmt::format("'{}' must be an integer in [{}, {}], got {}", name, lo, hi, v.dump()), name);
+}
+}  // namespace
+
+// The value is compared as sent: a number past int64 or a float such as 3e9
+// is reported as itself, never wrapped into range.
 std::optional<int64_t> Fields::integer(const std::string& name, int64_t lo, int64_t hi) {
   const json* v = get(name);
   if (!v) return std::nullopt;
   int64_t x = 0;
-  if (v->is_number_integer()) {
-    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
-      throw ApiError(400, fmt::format("'{}' is out of range", name), name);
+  if (v->is_number_unsigned()) {
+    if (v->get<uint64_t>() > uint64_t(hi)) out_of_range(name, lo, hi, *v);
+    x = static_cast<int64_t>(v->get<uint64_t>());
+  } else if (v->is_number_integer()) {
     x = v->get<int64_t>();
   } else if (v->is_number_float()) {
     double d = v->get<double>();
-    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e18) bad_type(name, "an integer", *v);
+    if (!std::isfinite(d)) throw ApiError(400, fmt::format("'{}' is not a finite number", name), name);
+    if (d != std::floor(d)) bad_type(name, "an integer", *v);
+    if (d < double(lo) || d > double(hi) || d >= 0x1p63) {  // 2^63: int64 max rounds up to it
+      if (d < double(lo) && hi >= std::numeric_limits<int32_t>::max())
+        throw ApiError(400, fmt::format("'{}' must be at least {}, got {}", name, lo, v->dump()), name);
+      out_of_range(name, lo, hi, *v);
+    }
     x = static_cast<int64_t>(d);
   } else {
     bad_type(name, "an integer", *v);
   }
-  if (x < lo || x > hi) {
-    if (hi >= std::numeric_limits<int32_t>::max())
-      throw ApiError(400, fmt::format("'{}' must be at least {}, got {}", name, lo, x), name);
-    throw ApiError(400, fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, x), name);
-  }
+  if (x < lo && hi >= std::numeric_limits<int32_t>::max())
+    throw ApiError(400, fmt::format("'{}' must be at least {}, got {}", name, lo, x), name);
+  if (x < lo || x > hi) out_of_range(name, lo, hi, *v);
   return x;
 }
 
@@ -89,7 +104,10 @@ std::optional<double> Fields::number(const std::string& name) {
   const json* v = get(name);
   if (!v) return std::nullopt;
   if (!v->is_number()) bad_type(name, "a number", *v);
-  return v->get<double>();
+  double d = v->get<double>();
+  // 1e400 parses as infinity: say so rather than "got inf".
+  if (!std::isfinite(d)) throw ApiError(400, fmt::format("'{}' is not a finite number", name), name);
+  return d;
 }
 
 std::optional<std::string> Fields::string(const std::string& name) {
@@ -112,15 +130,84 @@ std::string context_length_message(int max_model_len, int prompt_tokens, int max
       max_model_len, prompt_tokens + max_tokens, prompt_tokens, max_tokens);
 }
 
-json parse_json_object(const std::string& body) {
-  json j;
+json parse_request_json(const std::string& text, int max_depth, const std::string& what) {
+  // nlohmann parses iteratively, but dump() and the template's conversions
+  // recurse: refuse depth while parsing, before anything recurses over it.
+  // `depth` is the number of containers around the one that starts.
+  std::string last_key;  // names the field of a number that overflows
+  json::parser_callback_t limit = [max_depth, &what, &last_key](int depth, json::parse_event_t event, json& parsed) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= max_depth)
+      throw ApiError(400, fmt::format("{} is nested deeper than {} levels (--max-request-json-depth)", what,
+                                      max_depth));
+    if (event == json::parse_event_t::key) last_key = parsed.get<std::string>();
+    return true;
+  };
   try {
-    j = json::parse(body);
+    return json::parse(text, limit);
+  } catch (const json::out_of_range& e) {
+    // 1e400: nlohmann stops at the overflow (id 406); the last key read is its field.
+    if (e.id == 406 && !last_key.empty())
+      throw ApiError(400, fmt::format("'{}' is not a finite number (it overflows a double)", last_key), last_key);
+    throw ApiError(400, fmt::format("{} is not valid JSON: {}", what, e.what()));
   } catch (const json::exception& e) {
-    throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
+    throw ApiError(400, fmt::format("{} is not valid JSON: {}", what, e.what()));
   }
+}
+
+json parse_json_object(const std::string& body, int max_depth) {
+  json j = parse_request_json(body, max_depth);
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
   return j;
+}
+
+void validate_tools(const json& tools) {
+  if (!tools.is_array()) throw ApiError(400, "'tools' must be a list", "tools");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& t = tools[i];
+    auto bad = [i](const std::string& what) {
+      throw ApiError(400, fmt::format("tools[{}]{}", i, what), "tools");
+    };
+    if (!t.is_object()) bad(" must be an object {\"type\": \"function\", \"function\": {...}}");
+    auto type = t.find("type");
+    if (type == t.end() || *type != "function") bad(".type must be \"function\"");
+    auto fn = t.find("function");
+    if (fn == t.end() || !fn->is_object()) bad(".function must be an object");
+    auto name = fn->find("name");
+    if (name == fn->end() || !name->is_string() || name->get_ref<const std::string&>().empty())
+      bad(".function.name must be a non-empty string");
+    if (auto d = fn->find("description"); d != fn->end() && !d->is_null() && !d->is_string())
+      bad(".function.description must be a string");
+    if (auto p = fn->find("parameters"); p != fn->end() && !p->is_null() && !p->is_object())
+      bad(".function.parameters must be an object (a JSON schema)");
+  }
+}
+
+ApiError to_api_error(const std::exception_ptr& ep) {
+  try {
+    std::rethrow_exception(ep);
+  } catch (const ApiError& e) {
+    return e;
+  } catch (const text::TemplateError& e) {
+    return ApiError(400, e.what(), "messages");  // what() already says "chat template [line N]: "
+  } catch (const json::exception& e) {
+    return ApiError(400, std::string("invalid request: ") + e.what());
+  } catch (const Error& e) {
+    return ApiError(400, e.what());
+  } catch (const std::exception& e) {
+    spdlog::error("request failed: {}", e.what());
+    return ApiError(500, std::string("internal error: ") + e.what());
+  } catch (...) {
+    spdlog::error("request failed: unknown exception");
+    return ApiError(500, "internal error");
+  }
+}
+
+HttpResponse error_http_response(const std::exception_ptr& ep, ErrorFormat format) {
+  ApiError e = to_api_error(ep);
+  HttpResponse r = format(e);
+  r.headers.insert(r.headers.end(), e.headers.begin(), e.headers.end());
+  return r;
 }
 
 int resolve_max_tokens(const SamplingRequest& s, Endpoint ep, int prompt_len, int max_model_len,
@@ -150,7 +237,10 @@ constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
 float checked_float(Fields& f, const std::string& name, float fallback, double lo, double hi, bool lo_open = false) {
   auto v = f.number(name);
   if (!v) return fallback;
-  if (!std::isfinite(*v) || *v < lo || *v > hi || (lo_open && *v == lo)) {
+  // The sampler takes floats: 1e39 would become inf there.
+  if (std::fabs(*v) > double(std::numeric_limits<float>::max()))
+    throw ApiError(400, fmt::format("'{}' is not a finite number as a 32-bit float, got {}", name, *v), name);
+  if ( *v < lo || *v > hi || (lo_open && *v == lo)) {
     std::string range = std::isinf(hi) ? fmt::format("{} {}", lo_open ? ">" : ">=", lo)
                                        : fmt::format("in {}{}, {}]", lo_open ? "(" : "[", lo, hi);
     throw ApiError(400, fmt::format("'{}' must be {}, got {}", name, range, *v), name);
@@ -208,10 +298,13 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
     for (const auto& x : *ids) {
       if (!x.is_number_integer())
         throw ApiError(400, "'stop_token_ids' must be a list of integer token ids", "stop_token_ids");
-      int64_t id = x.get<int64_t>();
-      if (id < 0 || id >= d.vocab_size)
-        throw ApiError(400, fmt::format("'stop_token_ids' holds {}, outside the vocabulary [0, {})", id, d.vocab_size),
+      // Compared as sent (x.dump()): an id past int64 must not wrap into the vocabulary.
+      if (x.is_number_unsigned() ? x.get<uint64_t>() >= uint64_t(d.vocab_size)
+                                 : (x.get<int64_t>() < 0 || x.get<int64_t>() >= d.vocab_size))
+        throw ApiError(400,
+                       fmt::format("'stop_token_ids' holds {}, outside the vocabulary [0, {})", x.dump(), d.vocab_size),
                        "stop_token_ids");
+      const int64_t id = x.get<int64_t>();
       s.stop_token_ids.push_back(static_cast<int32_t>(id));
     }
   }

@@ -3,6 +3,7 @@
 // throws, typed access to request fields, and the mapping of the sampling
 // fields (OpenAI's and vLLM's) onto the engine's RequestOptions.
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <set>
 #include <string>
@@ -13,6 +14,7 @@
 #include "common/error.h"
 #include "engine/async_engine.h"
 #include "model/hf_config.h"
+#include "serve/http_server.h"
 
 namespace halo::serve {
 
@@ -33,6 +35,30 @@ class ApiError : public Error {
   int status_;
   std::string param_;
 };
+
+// The one mapping of what a request handler throws to an HTTP status: an
+// ApiError as thrown; a chat-template error, malformed JSON or any other
+// halo::Error is the client's (400); anything else is a 500 (and logged).
+ApiError to_api_error(const std::exception_ptr& e);
+// A frontend's error shape (OpenAI's, Triton's, LMI's) for an ApiError.
+using ErrorFormat = HttpResponse (*)(const ApiError&);
+// to_api_error in `format`, with the error's headers (Retry-After, ...).
+HttpResponse error_http_response(const std::exception_ptr& e, ErrorFormat format);
+
+// Limits on what one request may make the server do (docs/serving.md, "Limits").
+struct RequestLimits {
+  // Nesting depth of request JSON (objects + arrays). Rendering a chat
+  // recurses through the JSON, so a deep document would exhaust the stack.
+  int max_json_depth = 128;
+  // Bytes of a text prompt (or rendered chat) before it is tokenized; 0:
+  // kPromptBytesPerToken per token of the model's context.
+  int64_t max_prompt_bytes = 0;
+  // A request's own `chat_template` is code the server runs: refused unless set.
+  bool trust_request_chat_template = false;
+};
+// A token of a real prompt is a few bytes; 64 leaves room for long tokens
+// (runs of spaces, code) while keeping tokenization of one request bounded.
+inline constexpr int64_t kPromptBytesPerToken = 64;
 
 // vLLM's error type names by status ("BadRequestError", "NotFoundError", ...).
 const char* error_type(int status);
@@ -83,8 +109,15 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
 // vLLM's context-length message.
 std::string context_length_message(int max_model_len, int prompt_tokens, int max_tokens);
 
+// `text` as JSON no deeper than `max_depth` (400 otherwise, naming `what`
+// and, for depth, --max-request-json-depth). Every request JSON is parsed here.
+json parse_request_json(const std::string& text, int max_depth, const std::string& what = "the request body");
 // The request body as a JSON object (400 otherwise).
-json parse_json_object(const std::string& body);
+json parse_json_object(const std::string& body, int max_depth);
+
+// OpenAI's tools: [{"type": "function", "function": {"name": non-empty string,
+// "description"?: string, "parameters"?: object}}]; 400 naming the index and field.
+void validate_tools(const json& tools);
 
 // max_tokens from the request, else the endpoint's default (16 for
 // completions and /generate; chat: what is left of the context, capped by

@@ -38,6 +38,36 @@ const std::string& HttpRequest::header(const std::string& lower_name) const {
 
 namespace {
 
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Why the body's framing is ambiguous, or "". Beast takes a Transfer-Encoding
+// whose last coding is not chunked as "no body" (the body's bytes would then
+// be parsed as the next request), decodes only the chunked part of e.g.
+// "gzip, chunked", and lets Content-Length follow such a Transfer-Encoding.
+// A proxy in front may frame the same bytes differently, so RFC 9112 section
+// 6.1 applies strictly: exactly `chunked`, never with Content-Length.
+template <class Message>
+std::string framing_error(const Message& req) {
+  std::string codings;
+  size_t count = 0;
+  for (const auto& f : req) {
+    if (f.name() != http::field::transfer_encoding) continue;
+    codings += (count++ ? ", " : "") + std::string(f.value());
+  }
+  if (count == 0) return {};
+  // RFC 9112 section 6.1: HTTP/1.0 has no transfer codings; such framing is faulty.
+  if (req.version() < 11) return "Transfer-Encoding is not allowed in an HTTP/1.0 request";
+  if (count > 1 || !beast::iequals(trim(codings), "chunked"))
+    return fmt::format("Transfer-Encoding '{}' is not supported: halo decodes only 'chunked'", codings);
+  if (req.find(http::field::content_length) != req.end())
+    return "a request must not carry both Transfer-Encoding and Content-Length";
+  return {};
+}
+
 // What every connection shares with the server.
 struct ServerState {
   HttpServerOptions opts;
@@ -61,6 +91,10 @@ std::string error_json(int status, const std::string& type, const std::string& m
   // Same shape as the API layer's errors; written here for failures before a handler runs.
   std::string escaped;
   for (char c : message) {
+    if (static_cast<unsigned char>(c) < 0x20) {  // the message may quote a header the client sent
+      escaped += fmt::format("\\u{:04x}", static_cast<int>(c));
+      continue;
+    }
     if (c == '"' || c == '\\') escaped += '\\';
     escaped += c;
   }
@@ -161,6 +195,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_header(beast::error_code ec, std::size_t) {
     if (ec) return on_read_error(ec);
     const auto& req = parser_->get();
+    if (std::string why = framing_error(req); !why.empty()) {
+      spdlog::debug("{}: {}: 400", remote_, why);
+      return send_and_close(400, "BadRequestError", why);
+    }
     auto expect = req[http::field::expect];
     if (beast::iequals(expect, "100-continue")) {
       pending_out_ += "HTTP/1.1 100 Continue\r\n\r\n";
@@ -331,18 +369,7 @@ class Session : public std::enable_shared_from_this<Session> {
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.socket().close(ec);
-    if (responder_ && !response_done_) {
-      responder_->disconnected_ = true;
-      auto cb = std::move(responder_->on_disconnect_);
-      responder_->on_disconnect_ = nullptr;
-      if (cb) {
-        try {
-          cb();
-        } catch (const std::exception& e) {
-          spdlog::error("{}: disconnect callback failed: {}", remote_, e.what());
-        }
-      }
-    }
+    if (responder_ && !response_done_) responder_->mark_disconnected();
     responder_.reset();
   }
 
@@ -390,7 +417,32 @@ void Responder::end_stream() {
   if (auto s = session_.lock()) s->on_strand([seq = seq_](Session& ss) { ss.deliver_end(seq); });
 }
 
-void Responder::on_disconnect(std::function<void()> callback) { on_disconnect_ = std::move(callback); }
+void Responder::on_disconnect(std::function<void()> callback) {
+  {
+    std::lock_guard lk(mu_);
+    if (!disconnected_) {
+      on_disconnect_ = std::move(callback);
+      return;
+    }
+  }
+  callback();  // gone while the request was being prepared
+}
+
+void Responder::mark_disconnected() {
+  std::function<void()> cb;
+  {
+    std::lock_guard lk(mu_);
+    disconnected_ = true;
+    cb = std::move(on_disconnect_);
+    on_disconnect_ = nullptr;
+  }
+  if (!cb) return;
+  try {
+    cb();
+  } catch (const std::exception& e) {
+    spdlog::error("disconnect callback failed: {}", e.what());
+  }
+}
 
 // ------------------------------------------------------------ HttpServer
 

@@ -1,7 +1,9 @@
 #pragma once
 // A small asynchronous HTTP/1.1 server on Boost.Beast + Asio: a fixed pool of
 // I/O threads, one strand per connection, keep-alive, a request body limit
-// (413), `Expect: 100-continue`, and responses that are either complete or
+// (413), `Expect: 100-continue`, framing checked against request smuggling
+// (Transfer-Encoding other than `chunked`, or with Content-Length: 400 and
+// close, RFC 9112 section 6.1), and responses that are either complete or
 // streamed (chunked transfer encoding, e.g. server-sent events).
 //
 // The handler sees plain structs (no Beast types): it answers at once through
@@ -15,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,16 +57,19 @@ class Responder {
                     std::vector<std::pair<std::string, std::string>> headers = {});
   void write(std::string data);  // one chunk of a stream
   void end_stream();
-  // Called once (on the connection's strand) when the client goes away before
-  // the response finished. Set it before the handler returns.
+  // Called once when the client goes away before the response finished: on
+  // the connection's strand, or at once on the caller's thread when it has
+  // already gone. May be set from any thread (e.g. after preprocessing).
   void on_disconnect(std::function<void()> callback);
   bool disconnected() const { return disconnected_.load(); }
 
  private:
   friend class Session;
+  void mark_disconnected();  // runs the callback, if any, once
   std::weak_ptr<Session> session_;
   uint64_t seq_;
   std::atomic<bool> disconnected_{false};
+  std::mutex mu_;  // guards on_disconnect_ against the strand's mark_disconnected
   std::function<void()> on_disconnect_;
 };
 

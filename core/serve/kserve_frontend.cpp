@@ -21,6 +21,8 @@ HttpResponse triton_error(int status, const std::string& message) {
   return r;
 }
 
+HttpResponse triton_api_error(const ApiError& e) { return triton_error(e.status(), e.what()); }
+
 HttpResponse json_ok(const ojson& body) {
   HttpResponse r;
   r.body = dump(body);
@@ -225,23 +227,16 @@ class KServeJob : public SingleJob {
 }  // namespace
 
 void KServeFrontend::handle(HttpRequest&& req, const std::shared_ptr<Responder>& responder) {
+  const std::string what = fmt::format("{} {} {}", req.remote, req.method, req.path);  // route may move req
   HttpResponse resp;
   bool deferred = false;
   try {
     resp = route(req, responder, deferred);
-  } catch (const ApiError& e) {
-    resp = triton_error(e.status(), e.what());
-    resp.headers = e.headers;
-  } catch (const json::exception& e) {
-    resp = triton_error(400, std::string("invalid request: ") + e.what());
-  } catch (const Error& e) {
-    resp = triton_error(400, e.what());
-  } catch (const std::exception& e) {
-    spdlog::error("{} {}: {}", req.method, req.path, e.what());
-    resp = triton_error(500, std::string("internal error: ") + e.what());
+  } catch (...) {
+    resp = error_http_response(std::current_exception(), triton_api_error);
   }
   if (!deferred) {
-    if (resp.status >= 400) spdlog::debug("{} {} {} -> {} {}", req.remote, req.method, req.path, resp.status, resp.body);
+    if (resp.status >= 400) spdlog::debug("{} -> {} {}", what, resp.status, resp.body);
     responder->send(std::move(resp));
   }
 }
@@ -331,14 +326,19 @@ HttpResponse KServeFrontend::route(HttpRequest& req, const std::shared_ptr<Respo
     throw ApiError(400, "halo serves the KServe generate extension: POST .../generate or .../generate_stream with "
                         "{\"text_input\": ...}; tensor inference (/infer) is not supported");
   if (core_.draining()) throw ApiError(503, "the server is shutting down");
-  generate(req, name, model->version, action == "generate_stream", res);
+  // Parsed and tokenized off the I/O thread.
+  auto owned = std::make_shared<HttpRequest>(std::move(req));
+  core_.preprocess(res, triton_api_error,
+                   [this, owned, name, version = model->version, stream = action == "generate_stream", res] {
+                     generate(*owned, name, version, stream, res);
+                   });
   deferred = true;
   return {};
 }
 
 void KServeFrontend::generate(const HttpRequest& req, const std::string& name, const std::string& version,
                               bool stream_route, const std::shared_ptr<Responder>& res) {
-  json body = parse_json_object(req.body);
+  json body = core_.parse_request(req);
   auto job = std::make_shared<KServeJob>();
   job->model = core_.find_model(&name);
   const ServedModel& m = *job->model;
@@ -358,13 +358,8 @@ void KServeFrontend::generate(const HttpRequest& req, const std::string& name, c
   if (auto it = body.find("parameters"); it != body.end() && !it->is_null()) merge_into(params, *it, "parameters");
   if (auto it = body.find("sampling_parameters"); it != body.end() && !it->is_null()) {
     json sp = unwrap(*it);
-    if (sp.is_string()) {
-      try {
-        sp = json::parse(sp.get<std::string>());
-      } catch (const json::exception& e) {
-        throw ApiError(400, fmt::format("'sampling_parameters' is not valid JSON: {}", e.what()));
-      }
-    }
+    if (sp.is_string())
+      sp = parse_request_json(sp.get<std::string>(), core_.limits().max_json_depth, "'sampling_parameters'");
     merge_into(params, sp, "sampling_parameters");
   }
   if (!text_input.is_string()) throw ApiError(400, "'text_input' (a string) is required");
@@ -405,6 +400,7 @@ void KServeFrontend::generate(const HttpRequest& req, const std::string& name, c
     job->options.sampling.stop_token_ids.push_back(*job->end_id);
   }
   if (job->want_log_probs && job->options.sampling.logprobs < 0) job->options.sampling.logprobs = 0;
+  core_.check_prompt_bytes(m, job->prompt.size(), "text_input");
   job->prompt_ids = m.tokenizer().encode(job->prompt, true);
   if (job->prompt_ids.empty()) throw ApiError(400, "'text_input' is empty");
   job->options.sampling.max_tokens = resolve_max_tokens(sreq, Endpoint::kGenerate, static_cast<int>(job->prompt_ids.size()),

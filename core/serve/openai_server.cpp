@@ -42,6 +42,8 @@ HttpResponse error_response(int status, const std::string& message, const std::s
   return json_response(status, error_object(status, message, param));
 }
 
+HttpResponse openai_error(const ApiError& e) { return error_response(e.status(), e.what(), e.param()); }
+
 // Compares without an early exit, so the time taken does not reveal how much matched.
 bool constant_time_equal(const std::string& a, const std::string& b) {
   size_t n = std::max(a.size(), b.size());
@@ -53,8 +55,6 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   }
   return diff == 0;
 }
-
-json parse_body(const HttpRequest& req) { return parse_json_object(req.body); }
 
 double finite_logprob(float v) { return std::isfinite(v) ? double(v) : -9999.0; }
 
@@ -88,10 +88,11 @@ std::vector<int32_t> parse_token_ids(const json& arr, const char* param, int voc
   ids.reserve(arr.size());
   for (const auto& x : arr) {
     if (!x.is_number_integer()) throw ApiError(400, fmt::format("'{}' token ids must be integers", param), param);
-    int64_t v = x.get<int64_t>();
-    if (v < 0 || v >= vocab)
-      throw ApiError(400, fmt::format("token id {} in '{}' is outside the vocabulary [0, {})", v, param, vocab), param);
-    ids.push_back(static_cast<int32_t>(v));
+    // Compared as sent (x.dump()): an id past int64 must not wrap into the vocabulary.
+    if (x.is_number_unsigned() ? x.get<uint64_t>() >= uint64_t(vocab) : (x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab))
+      throw ApiError(400, fmt::format("token id {} in '{}' is outside the vocabulary [0, {})", x.dump(), param, vocab),
+                     param);
+    ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
   }
   return ids;
 }
@@ -490,9 +491,15 @@ class GenerationJob : public StreamConsumer, public TrackedJob, public std::enab
 OpenAIServer::OpenAIServer(ApiConfig config)
     : config_(std::move(config)), pump_(std::make_unique<StreamPump>()), created_(unix_now()) {
   if (config_.served_model_names.empty()) config_.served_model_names.push_back("halo");
+  // Requests waiting for a preprocessing thread are bounded like those waiting for the engine.
+  pool_ = std::make_unique<PreprocessPool>(config_.preprocess_threads,
+                                           static_cast<size_t>(std::max(0, config_.max_queued_requests)));
 }
 
-OpenAIServer::~OpenAIServer() { pump_.reset(); }
+OpenAIServer::~OpenAIServer() {
+  pool_.reset();  // its running tasks may still queue jobs on the pump
+  pump_.reset();
+}
 
 void OpenAIServer::set_engine(std::shared_ptr<engine::AsyncEngine> eng, std::optional<text::ChatTemplate> tpl) {
   add_model(ServedModel::make(config_.served_model_names, config_.model_root, std::move(eng), std::move(tpl)));
@@ -560,12 +567,66 @@ std::shared_ptr<const ServedModel> OpenAIServer::request_model(const json& body)
 
 size_t OpenAIServer::active_requests() const {
   std::lock_guard lk(jobs_mu_);
-  return jobs_.size();
+  return jobs_.size() + static_cast<size_t>(preprocessing_);
 }
 
 bool OpenAIServer::wait_idle(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock lk(jobs_mu_);
-  return jobs_cv_.wait_until(lk, deadline, [&] { return jobs_.empty(); });
+  return jobs_cv_.wait_until(lk, deadline, [&] { return jobs_.empty() && preprocessing_ == 0; });
+}
+
+json OpenAIServer::parse_request(const HttpRequest& req) const {
+  return parse_json_object(req.body, config_.limits.max_json_depth);
+}
+
+int64_t OpenAIServer::prompt_byte_limit(const ServedModel& m) const {
+  return config_.limits.max_prompt_bytes > 0 ? config_.limits.max_prompt_bytes
+                                             : kPromptBytesPerToken * std::max(1, m.max_model_len);
+}
+
+void OpenAIServer::check_prompt_bytes(const ServedModel& m, size_t bytes, const char* param) const {
+  const int64_t limit = prompt_byte_limit(m);
+  if (static_cast<int64_t>(bytes) <= limit) return;
+  throw ApiError(400,
+                 fmt::format("the prompt is {} bytes, over the limit of {} bytes it is tokenized within (the model's "
+                             "context is {} tokens; --max-prompt-bytes)",
+                             bytes, limit, m.max_model_len),
+                 param);
+}
+
+void OpenAIServer::preprocess(const std::shared_ptr<Responder>& res, ErrorFormat format, std::function<void()> work) {
+  {
+    std::lock_guard lk(jobs_mu_);
+    preprocessing_++;
+  }
+  auto task = [this, res, format, work = std::move(work)] {
+    if (!res->disconnected()) {  // the client left while the request waited: nothing to do
+      try {
+        work();
+      } catch (...) {
+        HttpResponse r = error_http_response(std::current_exception(), format);
+        spdlog::debug("preprocessing -> {} {}", r.status, r.body);
+        res->send(std::move(r));
+      }
+    }
+    preprocess_done();
+  };
+  if (!pool_->submit(std::move(task))) {
+    preprocess_done();
+    ApiError e(429, fmt::format("the server is at capacity: {} requests are waiting to be tokenized "
+                                "(--max-queued-requests {}); retry after 1 s",
+                                pool_->waiting(), config_.max_queued_requests));
+    e.headers.push_back({"Retry-After", "1"});
+    throw e;
+  }
+}
+
+void OpenAIServer::preprocess_done() {
+  {
+    std::lock_guard lk(jobs_mu_);
+    preprocessing_--;
+  }
+  jobs_cv_.notify_all();
 }
 
 void OpenAIServer::abort_all(const std::string& reason) {
@@ -594,28 +655,19 @@ void OpenAIServer::check_auth(const HttpRequest& req) const {
 
 void OpenAIServer::handle(HttpRequest&& req, const std::shared_ptr<Responder>& responder) {
   const auto t0 = std::chrono::steady_clock::now();
+  const std::string what = fmt::format("{} {} {}", req.remote, req.method, req.path);  // route may move req
   HttpResponse resp;
   bool deferred = false;
   try {
     resp = route(req, responder, deferred);
-  } catch (const ApiError& e) {
-    resp = error_response(e.status(), e.what(), e.param());
-    resp.headers = e.headers;
-  } catch (const text::TemplateError& e) {
-    resp = error_response(400, std::string("chat template: ") + e.what(), "messages");
-  } catch (const json::exception& e) {
-    resp = error_response(400, std::string("invalid request: ") + e.what());
-  } catch (const Error& e) {
-    resp = error_response(400, e.what());
-  } catch (const std::exception& e) {
-    spdlog::error("{} {}: {}", req.method, req.path, e.what());
-    resp = error_response(500, std::string("internal error: ") + e.what());
+  } catch (...) {
+    resp = error_http_response(std::current_exception(), openai_error);
   }
   if (!deferred) {
     if (resp.status >= 400)
-      spdlog::debug("{} {} {} -> {} {}", req.remote, req.method, req.path, resp.status, resp.body);
+      spdlog::debug("{} -> {} {}", what, resp.status, resp.body);
     else
-      spdlog::debug("{} {} {} -> {} ({:.2f} ms)", req.remote, req.method, req.path, resp.status,
+      spdlog::debug("{} -> {} ({:.2f} ms)", what, resp.status,
                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     responder->send(std::move(resp));
   }
@@ -654,15 +706,23 @@ HttpResponse OpenAIServer::route(HttpRequest& req, const std::shared_ptr<Respond
     return models();
   }
   only("POST");
-  if (p == "/tokenize") return tokenize(req);
-  if (p == "/detokenize") return detokenize(req);
-  if (p == "/v1/chat/completions/render") return chat_render(req);
-  if (draining_) throw ApiError(503, "the server is shutting down");
+  const bool generates = p == "/v1/completions" || p == "/v1/chat/completions" || p == "/generate";
+  if (generates && draining_) throw ApiError(503, "the server is shutting down");
+  // Everything with a body is parsed, rendered and tokenized off the I/O thread.
+  auto owned = std::make_shared<HttpRequest>(std::move(req));
+  preprocess(res, openai_error, [this, owned, res] { handle_body(*owned, res); });
+  deferred = true;
+  return {};
+}
+
+void OpenAIServer::handle_body(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
+  const std::string& p = req.path;
+  if (p == "/tokenize") return res->send(tokenize(req));
+  if (p == "/detokenize") return res->send(detokenize(req));
+  if (p == "/v1/chat/completions/render") return res->send(chat_render(req));
   if (p == "/v1/completions") completions(req, res);
   else if (p == "/v1/chat/completions") chat(req, res);
   else generate(req, res);
-  deferred = true;
-  return {};
 }
 
 HttpResponse OpenAIServer::health() {
@@ -756,10 +816,18 @@ std::string OpenAIServer::render_chat(const Model& m, Fields& f, bool& add_speci
                        "messages");
     }
   }
+  // A template from the request is code run on the server: vLLM's rule.
+  auto request_template = f.string("chat_template");
+  if (request_template && !config_.limits.trust_request_chat_template)
+    throw ApiError(400,
+                   "a 'chat_template' in the request is refused: the server runs request templates only with "
+                   "--trust-request-chat-template",
+                   "chat_template");
   text::ChatRenderRequest rr;
+  // The JSON depth limit (parse_request) keeps these recursive copies bounded.
   rr.messages = nlohmann::ordered_json::parse(messages->dump());
   if (const json* tools = f.get("tools")) {
-    if (!tools->is_array()) throw ApiError(400, "'tools' must be a list", "tools");
+    validate_tools(*tools);
     rr.tools = nlohmann::ordered_json::parse(tools->dump());
   }
   if (auto tc = f.get("tool_choice")) {
@@ -786,20 +854,27 @@ std::string OpenAIServer::render_chat(const Model& m, Fields& f, bool& add_speci
       *echo_prefix = last["content"].get<std::string>();
   }
   std::string rendered;
-  if (auto src = f.string("chat_template")) {
-    text::ChatTemplate tpl(*src);
-    rendered = tpl.render(rr);
+  if (request_template) {
+    // The client's code: the default step and depth budget, and no string
+    // larger than the prompt the server would tokenize.
+    text::jinja::RenderLimits budget;
+    budget.max_output_bytes = std::min<size_t>(budget.max_output_bytes, static_cast<size_t>(prompt_byte_limit(m)));
+    text::ChatTemplate tpl(*request_template);
+    rendered = tpl.render(rr, budget);
   } else {
     if (!m.chat_template)
-      throw ApiError(400, "the model has no chat template: start the server with --chat-template or send 'chat_template'",
+      throw ApiError(400,
+                     "the model has no chat template: start the server with --chat-template (or send 'chat_template' "
+                     "to a server started with --trust-request-chat-template)",
                      "messages");
     rendered = m.chat_template->render(rr);
   }
+  check_prompt_bytes(m, rendered.size(), "messages");
   return rendered;
 }
 
 HttpResponse OpenAIServer::tokenize(const HttpRequest& req) {
-  json body = parse_body(req);
+  json body = parse_request(req);
   auto mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
@@ -812,6 +887,7 @@ HttpResponse OpenAIServer::tokenize(const HttpRequest& req) {
   } else {
     auto prompt = f.string("prompt");
     if (!prompt) throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt");
+    check_prompt_bytes(m, prompt->size(), "prompt");
     ids = m.tokenizer().encode(*prompt, f.boolean("add_special_tokens").value_or(true));
   }
   ojson out{{"count", ids.size()}, {"max_model_len", m.max_model_len}, {"tokens", ids}};
@@ -827,7 +903,7 @@ HttpResponse OpenAIServer::tokenize(const HttpRequest& req) {
 }
 
 HttpResponse OpenAIServer::detokenize(const HttpRequest& req) {
-  json body = parse_body(req);
+  json body = parse_request(req);
   auto mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
@@ -840,7 +916,7 @@ HttpResponse OpenAIServer::detokenize(const HttpRequest& req) {
 }
 
 HttpResponse OpenAIServer::chat_render(const HttpRequest& req) {
-  json body = parse_body(req);
+  json body = parse_request(req);
   auto mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
@@ -962,7 +1038,7 @@ void truncate(std::vector<int32_t>& ids, std::optional<int> k, int max_model_len
 }  // namespace
 
 void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  json body = parse_body(req);
+  json body = parse_request(req);
   std::shared_ptr<const Model> mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
@@ -1005,6 +1081,7 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
     throw ApiError(400, shape, "prompt");
   }
   if (job->prompts.size() > 1024) throw ApiError(400, "'prompt' holds more than 1024 prompts", "prompt");
+  for (const auto& p : job->prompts) check_prompt_bytes(m, p.text.size(), "prompt");  // all before any is tokenized
   for (auto& p : job->prompts) {
     if (p.from_text) p.ids = m.tokenizer().encode(p.text, add_special);
     if (p.ids.empty()) throw ApiError(400, "the prompt is empty", "prompt");
@@ -1028,7 +1105,7 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
 }
 
 void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  json body = parse_body(req);
+  json body = parse_request(req);
   std::shared_ptr<const Model> mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
@@ -1057,7 +1134,7 @@ void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>
 }
 
 void OpenAIServer::generate(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  json body = parse_body(req);
+  json body = parse_request(req);
   std::shared_ptr<const Model> mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
@@ -1070,6 +1147,7 @@ void OpenAIServer::generate(const HttpRequest& req, const std::shared_ptr<Respon
   job->sreq = parse_sampling(f, Endpoint::kGenerate, m.defaults);
   auto prompt = f.string("prompt");
   if (!prompt) throw ApiError(400, "'prompt' (a string) is required", "prompt");
+  check_prompt_bytes(m, prompt->size(), "prompt");
   PromptInput p{*prompt, true, m.tokenizer().encode(*prompt, true)};
   truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
   auto& s = job->sreq.options.sampling;
@@ -1086,8 +1164,9 @@ void OpenAIServer::generate(const HttpRequest& req, const std::shared_ptr<Respon
 
 // ---- one prompt for the other frontends ----
 
+// Runs on the preprocessing pool. Draining is checked when the request
+// arrives (the frontends' routes): a request accepted before SIGTERM runs.
 void OpenAIServer::start_single(std::shared_ptr<SingleJob> job, const std::shared_ptr<Responder>& res) {
-  if (draining_) throw ApiError(503, "the server is shutting down");
   const Model& m = *job->model;
   if (job->options.n != 1 || job->options.best_of > 1)
     throw ApiError(400, "this endpoint returns one sequence: 'n' and 'best_of' must be 1", "n");

@@ -7,12 +7,16 @@
 // more than once): each is a ServedModel with its own AsyncEngine and KV
 // budget, and requests route by their `model` field (none: the first model).
 //
-// Requests are validated and tokenized on the I/O thread that received them;
-// generation events travel from the engine to the responses through one
-// StreamPump thread. Admission control bounds what waits for the engine.
+// The I/O thread that receives a request only routes it: requests with a
+// body are parsed, rendered, tokenized and validated on the PreprocessPool
+// (so one expensive request cannot stall other connections or /health), then
+// queued on the engine; generation events travel from the engine to the
+// responses through one StreamPump thread. Admission control bounds what
+// waits for the engine (and for the pool).
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,6 +26,7 @@
 
 #include "engine/async_engine.h"
 #include "serve/http_server.h"
+#include "serve/preprocess_pool.h"
 #include "serve/served_model.h"
 #include "serve/single_job.h"
 #include "serve/stream_pump.h"
@@ -36,6 +41,8 @@ struct ApiConfig {
   int max_queued_requests = 4096;               // 0: no limit
   int64_t max_queued_tokens = 0;                // prompt tokens; 0: no limit
   std::string version = "0.0.0";
+  RequestLimits limits;
+  int preprocess_threads = 2;  // PreprocessPool threads
 };
 
 class GenerationJob;
@@ -71,6 +78,15 @@ class OpenAIServer {
   std::shared_ptr<const ServedModel> find_model(const std::string* name) const;
   void check_auth(const HttpRequest& req) const;  // ApiError 401
   bool draining() const { return draining_.load(); }
+  const RequestLimits& limits() const { return config_.limits; }
+  // The body as a JSON object within the limits (ApiError 400).
+  json parse_request(const HttpRequest& req) const;
+  // 400 when a prompt of `bytes` is over the model's byte limit (before tokenizing).
+  void check_prompt_bytes(const ServedModel& m, size_t bytes, const char* param) const;
+  // Runs `work` on the preprocessing pool; what it throws is answered in
+  // `format`. ApiError 429 when the pool's queue is full. The request counts
+  // as in flight (active_requests, wait_idle) until `work` returns.
+  void preprocess(const std::shared_ptr<Responder>& res, ErrorFormat format, std::function<void()> work);
   // Validates the prompt on the engine, admits it (ApiError 429), queues it
   // and answers through the job's format (streamed or at the end).
   void start_single(std::shared_ptr<SingleJob> job, const std::shared_ptr<Responder>& res);
@@ -92,6 +108,7 @@ class OpenAIServer {
   struct PromptInput;
 
   HttpResponse route(HttpRequest& req, const std::shared_ptr<Responder>& responder, bool& deferred);
+  void handle_body(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   std::shared_ptr<const Model> request_model(const json& body) const;  // by its "model" field
 
   HttpResponse models();
@@ -110,6 +127,8 @@ class OpenAIServer {
   void job_started_stream(int64_t prompt_tokens);  // first output of a queued prompt
   void track(const std::shared_ptr<TrackedJob>& job);
   void job_done(TrackedJob* job);
+  void preprocess_done();
+  int64_t prompt_byte_limit(const ServedModel& m) const;
 
   ApiConfig config_;
   std::vector<std::shared_ptr<const Model>> models_;  // in the order added; the first is the default
@@ -117,6 +136,7 @@ class OpenAIServer {
   bool ready_ = false;
   mutable std::mutex model_mu_;
   std::unique_ptr<StreamPump> pump_;
+  std::unique_ptr<PreprocessPool> pool_;  // destroyed first: its tasks use everything else
   std::atomic<bool> draining_{false};
   const int64_t created_;
 
@@ -126,6 +146,7 @@ class OpenAIServer {
   std::unordered_map<TrackedJob*, std::weak_ptr<TrackedJob>> jobs_;
   int64_t queued_requests_ = 0;
   int64_t queued_tokens_ = 0;
+  int64_t preprocessing_ = 0;  // requests submitted to pool_ and not yet handed on
 };
 
 }  // namespace halo::serve

@@ -23,6 +23,8 @@ HttpResponse lmi_error(int status, const std::string& message) {
   return r;
 }
 
+HttpResponse lmi_api_error(const ApiError& e) { return lmi_error(e.status(), e.what()); }
+
 std::string request_id() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return fmt::format("invocation-{:016x}", rng());
@@ -38,6 +40,24 @@ std::string token_text(const text::Tokenizer& tok, int32_t id) {
   } catch (const std::exception&) {
     return {};
   }
+}
+
+// An error about a field the request named by LMI's name (max_new_tokens
+// mapped to max_tokens, ...) names it as the client wrote it.
+ApiError lmi_named(const ApiError& e, const json& params) {
+  static const std::pair<const char*, const char*> renamed[] = {
+      {"max_tokens", "max_new_tokens"}, {"stop", "stop_sequences"}, {"ignore_eos", "ignore_eos_token"}};
+  for (const auto& [vllm, lmi] : renamed) {
+    if (e.param() != vllm || !params.contains(lmi)) continue;
+    std::string msg = e.what();
+    const std::string quoted = fmt::format("'{}'", vllm);
+    if (size_t at = msg.find(quoted); at != std::string::npos)
+      msg.replace(at, quoted.size(), fmt::format("'{}' (vLLM's {})", lmi, vllm));
+    ApiError out(e.status(), msg, lmi);
+    out.headers = e.headers;
+    return out;
+  }
+  return e;
 }
 
 class SageMakerJob : public SingleJob {
@@ -120,6 +140,7 @@ class SageMakerJob : public SingleJob {
 }  // namespace
 
 void SageMakerFrontend::handle(HttpRequest&& req, const std::shared_ptr<Responder>& responder) {
+  const std::string what = fmt::format("{} {} {}", req.remote, req.method, req.path);
   HttpResponse resp;
   try {
     if (req.method != "POST") {
@@ -129,25 +150,19 @@ void SageMakerFrontend::handle(HttpRequest&& req, const std::shared_ptr<Responde
     }
     core_.check_auth(req);
     if (core_.draining()) throw ApiError(503, "the server is shutting down");
-    invocations(req, responder);
+    // Parsed and tokenized off the I/O thread.
+    auto owned = std::make_shared<HttpRequest>(std::move(req));
+    core_.preprocess(responder, lmi_api_error, [this, owned, responder] { invocations(*owned, responder); });
     return;
-  } catch (const ApiError& e) {
-    resp = lmi_error(e.status(), e.what());
-    resp.headers = e.headers;
-  } catch (const json::exception& e) {
-    resp = lmi_error(400, std::string("invalid request: ") + e.what());
-  } catch (const Error& e) {
-    resp = lmi_error(400, e.what());
-  } catch (const std::exception& e) {
-    spdlog::error("{} {}: {}", req.method, req.path, e.what());
-    resp = lmi_error(500, std::string("internal error: ") + e.what());
+  } catch (...) {
+    resp = error_http_response(std::current_exception(), lmi_api_error);
   }
-  spdlog::debug("{} {} {} -> {} {}", req.remote, req.method, req.path, resp.status, resp.body);
+  spdlog::debug("{} -> {} {}", what, resp.status, resp.body);
   responder->send(std::move(resp));
 }
 
 void SageMakerFrontend::invocations(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  json body = parse_json_object(req.body);
+  json body = core_.parse_request(req);
   auto job = std::make_shared<SageMakerJob>();
   std::string target = req.header("x-amzn-sagemaker-target-model");
   if (target.empty())
@@ -194,9 +209,15 @@ void SageMakerFrontend::invocations(const HttpRequest& req, const std::shared_pt
   if ((do_sample && !*do_sample) || (!do_sample && !mapped.contains("temperature"))) mapped["temperature"] = 0.0;
   if (!mapped.contains("max_tokens")) mapped["max_tokens"] = 30;
   Fields f(mapped);
-  SamplingRequest sreq = parse_sampling(f, Endpoint::kGenerate, m.defaults);
+  SamplingRequest sreq;
+  try {
+    sreq = parse_sampling(f, Endpoint::kGenerate, m.defaults);
+  } catch (const ApiError& e) {
+    throw lmi_named(e, params);
+  }
   job->options = sreq.options;
   job->options.sampling.logprobs = 0;  // the sampled token's log_prob on every line
+  core_.check_prompt_bytes(m, job->prompt.size(), "inputs");
   job->prompt_ids = m.tokenizer().encode(job->prompt, true);
   if (job->prompt_ids.empty()) throw ApiError(400, "'inputs' is empty");
   job->options.sampling.max_tokens = resolve_max_tokens(sreq, Endpoint::kGenerate, static_cast<int>(job->prompt_ids.size()),

@@ -52,6 +52,27 @@ class Generate(unittest.TestCase):
             self.assertEqual(row["token_ids"], alone["token_ids"], p)
             self.assertEqual(row["prompt"], p)
 
+    def test_odd_safetensors_header_length_generates_the_same(self):
+        # safetensors allows any header length; an odd one leaves the tensors
+        # unaligned in the file and the cpu plugin refused it ("not aligned").
+        src = os.path.join(ARGS.source_dir, "models", "pkgchat-5m")
+        common = ("--prompt-ids", PROMPT_IDS, "--temperature", "0", "--max-tokens", "8", "--ignore-eos")
+        with tempfile.TemporaryDirectory() as d:
+            for name in os.listdir(src):
+                if name != "model.safetensors":
+                    os.symlink(os.path.join(src, name), os.path.join(d, name))
+            with open(os.path.join(src, "model.safetensors"), "rb") as f:
+                raw = f.read()
+            n = int.from_bytes(raw[:8], "little")
+            header = raw[8:8 + n].rstrip(b" ")
+            if len(header) % 2 == 0:
+                header += b" "
+            with open(os.path.join(d, "model.safetensors"), "wb") as f:
+                f.write(len(header).to_bytes(8, "little") + header + raw[8 + n:])
+            [odd] = generate_json(d, *common)
+        [ref] = generate_json(src, *common)
+        self.assertEqual(odd["token_ids"], ref["token_ids"])
+
     def test_chat_answer_stops_at_the_models_end_token(self):
         [row] = generate_json("--chat", "--prompt", "What is curl?", "--temperature", "0",
                               "--max-tokens", "400")
@@ -127,7 +148,7 @@ class BadInput(unittest.TestCase):
             path = os.path.join(d, "libhalo_plugin_text.so")
             with open(path, "w") as f:
                 f.write("this is not an ELF file\n")
-            self.expect_error(["devices", "--device", path], path, "cannot load as a shared library")
+            self.expect_error(["devices", "--device", path], path, "truncated or not a valid shared library")
 
     def test_library_without_entry_symbol(self):
         self.expect_error(["devices", "--device", self.bad("no_entry")], "missing entry symbol",
@@ -174,6 +195,31 @@ class BadInput(unittest.TestCase):
             self.assertIn("future", p.stdout)
             self.assertIn("unusable", p.stdout)
             self.assertIn("cpu", p.stdout)
+
+
+    def test_truncated_plugin_does_not_take_down_devices(self):
+        # A truncated .so used to be dlopen'ed and `halo devices` died of
+        # SIGBUS; now it is listed as unusable and the others still are.
+        cpu = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(ARGS.halo))), "lib", "halo", "plugins",
+                           "libhalo_plugin_cpu.so")
+        self.assertTrue(os.path.exists(cpu), cpu)
+        with open(cpu, "rb") as f:
+            data = f.read()
+        for size in (len(data) * 6 // 10, 4096):
+            with tempfile.TemporaryDirectory() as d:
+                broken = os.path.join(d, "libhalo_plugin_broken.so")
+                with open(broken, "wb") as f:
+                    f.write(data[:size])
+                env = {"HALO_PLUGIN_PATH": d}
+                p = halo("devices", env=env, check=False)
+                self.assertEqual(p.returncode, 0, f"size {size}: rc {p.returncode}\n{p.stdout}\n{p.stderr}")
+                self.assertIn("kind=cpu", p.stdout)
+                self.assertIn("broken", p.stdout)
+                self.assertIn("unusable: plugin " + broken + ": truncated or not a valid shared library (", p.stdout)
+                p = self.expect_error(["devices", "--device", broken], broken,
+                                      "truncated or not a valid shared library")
+                self.assertEqual(p.returncode, 1, f"size {size}: killed by a signal? rc {p.returncode}")
+                self.assertNotIn("Bad file descriptor", p.stderr)
 
 
 class Devices(unittest.TestCase):

@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 #include "device/plugin.h"
 
@@ -51,11 +54,44 @@ TEST(PluginLoader, RefusesBadLibrariesNamingFileAndReason) {
   fs::path text = fs::temp_directory_path() / "libhalo_plugin_text_test.so";
   std::ofstream(text) << "not an ELF file";
   e = load_error(text.string());
-  EXPECT_NE(e.find("cannot load as a shared library"), std::string::npos) << e;
+  EXPECT_NE(e.find("truncated or not a valid shared library (15 bytes, shorter than an ELF header)"),
+            std::string::npos)
+      << e;
+  std::ofstream(text) << std::string(64, 'x');
+  e = load_error(text.string());
+  EXPECT_NE(e.find("not a valid shared library (no ELF magic)"), std::string::npos) << e;
   fs::remove(text);
 
   e = load_error("/nonexistent/libhalo_plugin_x.so");
   EXPECT_NE(e.find("does not exist"), std::string::npos) << e;
+}
+
+// Messages used to end in ": Bad file descriptor" (an error code boost::dll
+// appended whatever the failure was).
+TEST(PluginLoader, NoStaleErrnoInMessages) {
+  for (const char* bad : {"no_entry", "wrong_major", "null_entries"}) {
+    std::string e = load_error(kBad + "/libhalo_bad_plugin_" + bad + ".so");
+    EXPECT_FALSE(e.empty()) << bad;
+    EXPECT_EQ(e.find("Bad file descriptor"), std::string::npos) << e;
+  }
+}
+
+// A truncated library used to be dlopen'ed anyway and the process died of
+// SIGBUS touching a mapping past the end of the file.
+TEST(PluginLoader, RefusesTruncatedLibrariesBeforeMappingThem) {
+  const auto full = fs::file_size(kCpu);
+  const fs::path dir = fs::temp_directory_path() / ("halo_truncated_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (uint64_t size : {full * 6 / 10, full * 9 / 10, full - 1, uint64_t{4096}, uint64_t{100}}) {
+    const fs::path copy = dir / "libhalo_plugin_truncated.so";
+    fs::copy_file(kCpu, copy, fs::copy_options::overwrite_existing);
+    fs::resize_file(copy, size);
+    std::string e = load_error(copy.string());
+    EXPECT_NE(e.find("plugin " + copy.string() + ": truncated or not a valid shared library ("), std::string::npos)
+        << size << ": " << e;
+  }
+  fs::remove_all(dir);
+  EXPECT_NO_THROW(device::Plugin::load(kCpu));  // the intact file still loads
 }
 
 TEST(PluginLoader, FindsPluginsByNameOnHaloPluginPath) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -203,6 +204,134 @@ TEST(JinjaErrors, RecursionAndResourceGuards) {
   EXPECT_NE(msg.find("exceeds"), std::string::npos) << msg;
   msg = error_of("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
   EXPECT_NE(msg.find("step limit"), std::string::npos) << msg;
+}
+
+// Issue "nothing a client sends can crash or stall the server": a request's
+// chat_template is attacker-controlled, so each of these must fail fast with a
+// message naming the limit, never overflow the stack or run for minutes.
+std::string chain(const char* op, int n) {
+  std::string s = "{{ 1";
+  for (int i = 0; i < n; ++i) s.append(" ").append(op).append(" 1");
+  return s + " }}";
+}
+
+TEST(JinjaLimits, LongOperatorChainsAreRefusedAtParseTime) {
+  for (const char* op : {"+", "-", "*", "~", "and", "or", "**", "//"}) {
+    std::string msg = error_of("line one\n" + chain(op, 10000));
+    EXPECT_NE(msg.find("nesting limit"), std::string::npos) << op << ": " << msg;
+    EXPECT_NE(msg.find("line 2"), std::string::npos) << op << ": " << msg;
+  }
+  // A long postfix chain builds the same deep tree.
+  std::string attrs = "{{ x";
+  for (int i = 0; i < 10000; ++i) attrs += ".a";
+  EXPECT_NE(error_of(attrs + " }}").find("nesting limit"), std::string::npos);
+  std::string items = "{{ x";
+  for (int i = 0; i < 10000; ++i) items += "[0]";
+  EXPECT_NE(error_of(items + " }}").find("nesting limit"), std::string::npos);
+  std::string filters = "{{ x";
+  for (int i = 0; i < 10000; ++i) filters += "|string";
+  EXPECT_NE(error_of(filters + " }}").find("nesting limit"), std::string::npos);
+  std::string calls = "{{ x";
+  for (int i = 0; i < 10000; ++i) calls += "()";
+  EXPECT_NE(error_of(calls + " }}").find("nesting limit"), std::string::npos);
+  // Short chains (what real templates write) still work.
+  EXPECT_EQ(Template(chain("+", 100)).render(json::object()), "101");
+}
+
+TEST(JinjaLimits, DeepNestingIsRefused) {
+  auto nested = [](const std::string& open, const std::string& inner, const std::string& close, int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += open;
+    s += inner;
+    for (int i = 0; i < n; ++i) s += close;
+    return s;
+  };
+  const std::string cases[] = {
+      "{{ " + nested("(", "1", ")", 100000) + " }}",
+      "{{ " + nested("[", "1", "]", 100000) + " }}",
+      "{{ " + nested("{'a': ", "1", "}", 100000) + " }}",
+      "{{ " + nested("x|default(", "1", ")", 100000) + " }}",
+      "{{ " + nested("not ", "1", "", 100000) + " }}",
+      "{{ " + nested("-", "1", "", 100000) + " }}",
+      "{{ " + nested("1 if ", "1", " else 2", 100000) + " }}",
+      nested("{% if true %}", "x", "{% endif %}", 100000),
+      nested("{% for i in [1] %}", "x", "{% endfor %}", 100000),
+      nested("{% filter upper %}", "x", "{% endfilter %}", 100000),
+  };
+  for (const auto& src : cases) {
+    std::string msg = error_of(src);
+    EXPECT_NE(msg.find("nesting limit"), std::string::npos) << src.substr(0, 40) << ": " << msg;
+  }
+  // Moderate nesting is fine.
+  EXPECT_EQ(Template("{{ " + nested("(", "1", ")", 50) + " }}").render(json::object()), "1");
+  EXPECT_EQ(Template(nested("{% if true %}", "x", "{% endif %}", 50)).render(json::object()), "x");
+}
+
+TEST(JinjaLimits, HugeLoopsAndOutputsFailFast) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::string msg = error_of("{% for i in range(1000000000) %}x{% endfor %}");
+  EXPECT_NE(msg.find("range"), std::string::npos) << msg;
+  msg = error_of("{{ 'x' * 1000000000 }}");
+  EXPECT_NE(msg.find("output limit"), std::string::npos) << msg;
+  msg = error_of("{% for i in range(1000000) %}{% for j in range(1000000) %}{{ i }}{% endfor %}{% endfor %}");
+  EXPECT_NE(msg.find("step limit"), std::string::npos) << msg;
+  // Quadratic string building: each step copies the whole string so far.
+  msg = error_of("{% set ns = namespace(s='') %}{% for i in range(1000000) %}{% for j in range(1000) %}"
+                 "{% set ns.s = ns.s ~ 'xxxxxxxxxxxxxxxx' %}{% endfor %}{% endfor %}{{ ns.s|length }}");
+  EXPECT_TRUE(msg.find("step limit") != std::string::npos || msg.find("output limit") != std::string::npos) << msg;
+  // List growth the same way.
+  msg = error_of("{% set ns = namespace(l=[]) %}{% for i in range(1000000) %}{% for j in range(1000) %}"
+                 "{% set ns.l = ns.l + [j] %}{% endfor %}{% endfor %}{{ ns.l|length }}");
+  EXPECT_TRUE(msg.find("step limit") != std::string::npos || msg.find("output limit") != std::string::npos) << msg;
+  // Doubling a string: 30 doublings reach a gigabyte.
+  msg = error_of("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}");
+  EXPECT_NE(msg.find("output limit"), std::string::npos) << msg;
+  msg = error_of("{{ (['xxxxxxxxxxxxxxxx'] * 1000000)|join('') * 1000 }}");
+  EXPECT_NE(msg.find("output limit"), std::string::npos) << msg;
+  // Values built by a loop: wrapping a list a million times, a namespace
+  // holding itself, a shared list doubled into 2^60 leaves and printed.
+  msg = error_of("{% set ns = namespace(l=[]) %}{% for i in range(1000000) %}{% set ns.l = [ns.l] %}{% endfor %}"
+                 "{{ ns.l|length }}");
+  EXPECT_NE(msg.find("nested too deeply"), std::string::npos) << msg;
+  msg = error_of("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns == ns }}{{ ns }}");
+  EXPECT_NE(msg.find("cannot store a namespace"), std::string::npos) << msg;
+  msg = error_of("{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}"
+                 "{{ ns.l|tojson }}");
+  EXPECT_NE(msg.find("output limit"), std::string::npos) << msg;
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 30.0) << "the limits should stop these quickly";
+}
+
+TEST(JinjaLimits, PerRenderBudgetIsConfigurable) {
+  halo::text::jinja::RenderLimits small;
+  small.max_steps = 100;
+  Template loop("{% for i in range(1000) %}{{ i }}{% endfor %}");
+  EXPECT_THROW(loop.render(json::object(), small), TemplateError);
+  EXPECT_NO_THROW(loop.render(json::object()));
+  small = {};
+  small.max_output_bytes = 10;
+  try {
+    Template("{{ 'x' * 11 }}").render(json::object(), small);
+    FAIL() << "expected the output limit";
+  } catch (const TemplateError& e) {
+    EXPECT_NE(std::string(e.what()).find("output limit (10 bytes)"), std::string::npos) << e.what();
+  }
+  small = {};
+  small.max_depth = 10;
+  try {
+    Template("{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}").render(json::object(), small);
+    FAIL() << "expected the depth limit";
+  } catch (const TemplateError& e) {
+    EXPECT_NE(std::string(e.what()).find("depth limit (10)"), std::string::npos) << e.what();
+  }
+  // Through the chat API.
+  ChatTemplate chat("{% for m in messages %}{{ m.content }}{% endfor %}");
+  ChatRenderRequest req;
+  req.messages = json::parse(R"([{"role":"user","content":"hello"}])");
+  small = {};
+  small.max_output_bytes = 3;
+  EXPECT_THROW(chat.render(req, small), TemplateError);
+  EXPECT_EQ(chat.render(req), "hello");
 }
 
 TEST(JinjaErrors, GarbageNeverCrashes) {

@@ -232,6 +232,46 @@ TEST(HfConfig, Errors) {
   EXPECT_TRUE(throws_error([&] { parse(j); }, {"config.json", "attention_bias"}));
 }
 
+// Size fields are bounded before anything is sized by them: a config.json
+// saying num_hidden_layers=1e9 made the loader allocate without limit.
+TEST(HfConfig, SizeFieldsOutOfBounds) {
+  struct Case {
+    const char* key;
+    json value;
+    std::string needle;
+  };
+  const Case cases[] = {
+      {"num_hidden_layers", 1e9, "num_hidden_layers=1000000000 is beyond any real model (at most 4096"},
+      {"num_hidden_layers", 3.5, "num_hidden_layers=3.5 is not an integer"},
+      {"num_hidden_layers", -2, "num_hidden_layers=-2 must be positive"},
+      {"num_hidden_layers", 1e30, "num_hidden_layers=1e+30 is not an integer"},
+      {"num_hidden_layers", json::parse("18446744073709551615"), "num_hidden_layers=18446744073709551615 is out of range"},
+      {"num_hidden_layers", "12", "num_hidden_layers=\"12\" is not an integer"},
+      {"hidden_size", 1 << 21, "hidden_size=2097152 is beyond"},
+      {"intermediate_size", int64_t{1} << 30, "intermediate_size=1073741824 is beyond"},
+      {"num_attention_heads", 1 << 20, "num_attention_heads=1048576 is beyond"},
+      {"num_key_value_heads", 1 << 20, "num_key_value_heads=1048576 is beyond"},
+      {"vocab_size", int64_t{1} << 40, "vocab_size=1099511627776 is beyond"},
+      {"head_dim", 1 << 20, "head_dim=1048576 is beyond"},
+      {"max_position_embeddings", 1e12, "max_position_embeddings=1000000000000 is beyond"},
+  };
+  for (const auto& c : cases) {
+    json j = base_config();
+    j[c.key] = c.value;
+    EXPECT_TRUE(throws_error([&] { parse(j); }, {"config.json", c.needle})) << c.key << "=" << c.value.dump();
+  }
+  // Real sizes pass (Llama 3.1 405B).
+  json j = base_config();
+  j["num_hidden_layers"] = 126;
+  j["hidden_size"] = 16384;
+  j["intermediate_size"] = 53248;
+  j["num_attention_heads"] = 128;
+  j["num_key_value_heads"] = 8;
+  j["vocab_size"] = 128256;
+  j["max_position_embeddings"] = 131072;
+  EXPECT_NO_THROW(parse(j));
+}
+
 TEST(HfConfig, FileErrors) {
   TempDir dir;
   EXPECT_TRUE(throws_error([&] { load_model_config(dir.path()); }, {(dir / "config.json").string(), "not found"}));

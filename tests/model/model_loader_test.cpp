@@ -3,6 +3,10 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <sstream>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "model/model_loader.h"
 #include "model/safetensors.h"
@@ -387,12 +391,75 @@ TEST_F(BrokenModel, MissingLmHeadWhenUntied) {
 }
 
 TEST_F(BrokenModel, ExtraTensorsIgnored) {
-  patch_header(st(), [](json& h) {
-    h["model.layers.0.self_attn.rotary_emb.inv_freq"] = {
-        {"dtype", "I64"}, {"shape", {2}}, {"data_offsets", {0, 16}}};
-  });
+  // The extra tensor gets bytes of its own (sharing another's is refused).
+  RawSafetensors raw = read_safetensors_raw(st());
+  const size_t end = raw.data.size();
+  raw.header["model.layers.0.self_attn.rotary_emb.inv_freq"] = {
+      {"dtype", "I64"}, {"shape", {2}}, {"data_offsets", {end, end + 16}}};
+  write_safetensors_raw(st(), raw.header, raw.data + std::string(16, '\0'));
   LoadedModel m = LoadedModel::load(dir_.path());
   EXPECT_EQ(m.weights().size(), 2u + 2u * 9u + 1u);
+}
+
+TEST_F(BrokenModel, HugeLayerCountRefusedBeforeAllocating) {
+  patch_config(dir_.path(), [](json& j) { j["num_hidden_layers"] = 1e9; });
+  EXPECT_TRUE(load_fails({"config.json", "num_hidden_layers=1000000000 is beyond"}));
+  // Within the bound but more layers than the file has tensors: refused
+  // before the per-layer tables are built.
+  patch_config(dir_.path(), [](json& j) { j["num_hidden_layers"] = 4000; });
+  EXPECT_TRUE(load_fails({"config.json", "num_hidden_layers=4000", sts(), "holds only 21 tensors"}));
+}
+
+TEST_F(BrokenModel, OverlappingTensorsRefused) {
+  patch_header(st(), [](json& h) {
+    h["model.layers.0.mlp.up_proj.weight"]["data_offsets"] = h["model.layers.0.mlp.down_proj.weight"]["data_offsets"];
+    h["model.layers.0.mlp.up_proj.weight"]["shape"] = h["model.layers.0.mlp.down_proj.weight"]["shape"];
+  });
+  EXPECT_TRUE(load_fails({sts(), "overlaps tensor", "model.layers.0.mlp.up_proj.weight",
+                          "model.layers.0.mlp.down_proj.weight"}));
+}
+
+// safetensors allows any header length: an odd one leaves every tensor
+// unaligned in the mapping. The cpu plugin refused such files ("not aligned");
+// the loader now hands out aligned copies with the same bytes.
+TEST_F(BrokenModel, OddHeaderLengthLoadsWithAlignedData) {
+  const LoadedModel before = LoadedModel::load(dir_.path());
+  std::map<std::string, std::string> expected;
+  for (const auto& w : before.weights()) expected[w.name] = std::string(reinterpret_cast<const char*>(bytes_of(w.tensor)), nbytes(w.tensor));
+
+  RawSafetensors raw = read_safetensors_raw(st());
+  std::string h = raw.header.dump();
+  if (h.size() % 2 == 0) h += ' ';  // odd length: the data starts at an odd offset
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+  write_file(st(), out + h + raw.data);
+
+  const LoadedModel m = LoadedModel::load(dir_.path());
+  ASSERT_EQ(m.weights().size(), expected.size());
+  for (const auto& w : m.weights()) {
+    const auto* p = static_cast<const std::byte*>(w.tensor->data) + w.tensor->byte_offset;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (w.tensor->dtype.bits / 8), 0u) << w.name;
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes_of(w.tensor)), nbytes(w.tensor)), expected[w.name]) << w.name;
+  }
+}
+
+TEST_F(BrokenModel, NanWeightsWarnNamingTheTensor) {
+  RawSafetensors raw = read_safetensors_raw(st());
+  const auto off = raw.header["model.layers.1.mlp.gate_proj.weight"]["data_offsets"];
+  for (size_t i = off[0].get<size_t>(); i < off[1].get<size_t>(); i += 2) {  // bf16 NaN = 0x7fc0
+    raw.data[i] = '\xc0';
+    raw.data[i + 1] = '\x7f';
+  }
+  write_safetensors_raw(st(), raw.header, raw.data);
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  auto saved = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  EXPECT_NO_THROW(LoadedModel::load(dir_.path()));
+  spdlog::set_default_logger(saved);
+  EXPECT_NE(log.str().find("tensor 'model.layers.1.mlp.gate_proj.weight' holds NaN or Inf"), std::string::npos)
+      << log.str();
+  EXPECT_EQ(log.str().find("model.layers.0"), std::string::npos) << log.str();
 }
 
 TEST_F(BrokenModel, NoWeights) {

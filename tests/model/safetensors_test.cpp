@@ -52,6 +52,40 @@ TEST(Safetensors, ScalarAndEmptyTensorsAndOtherDtypes) {
   EXPECT_EQ(dtype_name(SafetensorsDType::kI64), "I64");
 }
 
+TEST(Safetensors, OverlappingTensorsRefused) {
+  TempDir dir;
+  const fs::path p = dir / "a.safetensors";
+  json h;
+  h["a"] = {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, 16}}};
+  h["b"] = {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {8, 24}}};
+  write_safetensors_raw(p, h, std::string(24, '\0'));
+  EXPECT_TRUE(throws_error([&] { SafetensorsFile f(p); }, {p.string(), "tensor 'b'", "overlaps tensor 'a'"}));
+  h["b"]["data_offsets"] = {0, 16};  // the same bytes twice
+  write_safetensors_raw(p, h, std::string(24, '\0'));
+  EXPECT_TRUE(throws_error([&] { SafetensorsFile f(p); }, {p.string(), "overlaps"}));
+  // Adjacent, and empty tensors anywhere, are fine.
+  h["b"]["data_offsets"] = {16, 32};
+  h["e"] = {{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {8, 8}}};
+  write_safetensors_raw(p, h, std::string(32, '\0'));
+  EXPECT_NO_THROW(SafetensorsFile f(p));
+}
+
+TEST(Safetensors, OddHeaderLength) {
+  TempDir dir;
+  const fs::path p = dir / "a.safetensors";
+  std::string header = one_tensor_header("F32", {2}, 0, 8).dump();
+  if (header.size() % 2 == 0) header += ' ';
+  std::string len(8, '\0');
+  len[0] = static_cast<char>(header.size());
+  const float values[2] = {1.5f, -2.0f};
+  write_file(p, len + header + std::string(reinterpret_cast<const char*>(values), 8));
+  SafetensorsFile f(p);
+  const TensorInfo* t = f.find("w");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->data_offset % 2, 1u);
+  EXPECT_EQ(std::memcmp(f.tensor_data(*t), values, 8), 0);
+}
+
 TEST(Safetensors, Errors) {
   TempDir dir;
   const fs::path p = dir / "bad.safetensors";

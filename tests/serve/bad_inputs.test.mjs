@@ -2,6 +2,7 @@
 // OpenAI's shape, and the server must keep serving good requests afterwards.
 // The server runs with an API key and a small body limit.
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { after, before, test } from 'node:test';
 
 import { client, postJson, startServer } from './lib.mjs';
@@ -63,8 +64,28 @@ const CASES = [
     'messages', CONTEXT],
   ['continue_final_message with add_generation_prompt', '/v1/chat/completions',
     chat({ continue_final_message: true, add_generation_prompt: true }), 400, 'continue_final_message', /both/],
-  ['broken per-request chat_template', '/v1/chat/completions', chat({ chat_template: '{% for x in %}' }), 400,
-    'messages', /chat template/],
+  // vLLM's rule: a request's template is code; refused unless the server trusts it.
+  ['per-request chat_template without --trust-request-chat-template', '/v1/chat/completions',
+    chat({ chat_template: '{{ messages[0].content }}' }), 400, 'chat_template', /--trust-request-chat-template/],
+  ['tool without a function name', '/v1/chat/completions',
+    chat({ tools: [{ type: 'function', function: { name: 'ok' } }, { type: 'function', function: { parameters: {} } }] }),
+    400, 'tools', /^tools\[1\]\.function\.name must be a non-empty string$/],
+  ['tool of another type', '/v1/chat/completions', chat({ tools: [{ type: 'code', function: { name: 'f' } }] }), 400,
+    'tools', /^tools\[0\]\.type must be "function"$/],
+  ['tool parameters not an object', '/v1/chat/completions',
+    chat({ tools: [{ type: 'function', function: { name: 'f', parameters: 'x' } }] }), 400, 'tools',
+    /tools\[0\]\.function\.parameters must be an object/],
+  ['n above 2^31', '/v1/chat/completions', chat({ n: 3e9 }), 400, 'n', /^'n' must be an integer in \[1, 2147483647\], got 3000000000$/],
+  ['max_tokens above 2^64', '/v1/completions', '{"prompt": "x", "max_tokens": 18446744073709551615}', 400, 'max_tokens',
+    /got 18446744073709551615$/],
+  ['temperature past float range', '/v1/completions', cmpl({ temperature: 1e39 }), 400, 'temperature',
+    /not a finite number/],
+  ['temperature 1e400', '/v1/completions', '{"prompt": "x", "temperature": 1e400}', 400, 'temperature',
+    /^'temperature' is not a finite number/],
+  ['prompt over the byte limit (64 per token of the context)', '/v1/completions', cmpl({ prompt: 'x'.repeat(40000) }),
+    400, 'prompt', /over the limit of 32768 bytes.*--max-prompt-bytes/],
+  ['chat rendered over the byte limit', '/v1/chat/completions',
+    chat({ messages: [{ role: 'user', content: 'x'.repeat(40000) }] }), 400, 'messages', /--max-prompt-bytes/],
   ['stream_options without stream', '/v1/chat/completions', chat({ stream_options: { include_usage: true } }), 400,
     'stream_options', /stream/],
   ['prompt missing', '/v1/completions', { model: MODEL }, 400, 'prompt', /required/],
@@ -94,6 +115,84 @@ const CASES = [
     { Authorization: 'Bearer test-key-0123456780' }],
   ['body over the limit', '/v1/completions', cmpl({ prompt: 'x'.repeat(100000) }), 413, null, /65536/],
 ];
+
+// The crash: JSON ~12,000 levels deep recursed through dump() until the
+// stack ended. Every frontend parses request JSON under the depth limit.
+const deep = (n) => '['.repeat(n) + ']'.repeat(n);
+const DEPTH = /nested deeper than 128 levels \(--max-request-json-depth\)/;
+CASES.push(
+  ['JSON 12000 deep in messages content', '/v1/chat/completions',
+    `{"model": "${MODEL}", "messages": [{"role": "user", "content": ${deep(12000)}}]}`, 400, null, DEPTH],
+  ['JSON 12000 deep in tools', '/v1/chat/completions',
+    `{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"a": ${deep(12000)}}}}]}`,
+    400, null, DEPTH],
+  ['JSON 12000 deep in chat_template_kwargs', '/v1/chat/completions',
+    `{"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"a": ${deep(12000)}}}`, 400, null, DEPTH],
+  ['JSON 129 deep', '/v1/completions', `{"prompt": "x", "a": ${deep(128)}}`, 400, null, DEPTH],
+  ['JSON deep on /generate', '/generate', `{"prompt": "x", "a": ${deep(12000)}}`, 400, null, DEPTH],
+  ['JSON deep on /tokenize', '/tokenize', `{"prompt": "x", "a": ${deep(12000)}}`, 400, null, DEPTH],
+  ['JSON deep on /detokenize', '/detokenize', `{"tokens": [1], "a": ${deep(12000)}}`, 400, null, DEPTH],
+  ['JSON deep on /render', '/v1/chat/completions/render', `{"messages": ${deep(12000)}}`, 400, null, DEPTH],
+);
+
+test('JSON 127 levels deep is accepted', async () => {
+  const r = await postJson(`${server.url}/v1/completions`, `{"prompt": "x", "max_tokens": 1, "a": ${deep(126)}}`, auth);
+  assert.equal(r.status, 200, r.text);
+});
+
+test('deep JSON on the KServe v2 and SageMaker frontends: 400 in their shapes, then a good request', async () => {
+  const body = `{"text_input": "x", "parameters": {"a": ${deep(12000)}}}`;
+  let r = await postJson(`${server.url}/v2/models/${MODEL}/generate`, body, auth);
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.json.error, DEPTH);
+  const sp = JSON.stringify({ text_input: 'x', sampling_parameters: `{"a": ${deep(12000)}}` });
+  r = await postJson(`${server.url}/v2/models/${MODEL}/generate`, sp, auth);
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.json.error, /'sampling_parameters' is nested deeper than 128 levels/);
+  r = await postJson(`${server.url}/invocations`, `{"inputs": "x", "parameters": {"a": ${deep(12000)}}}`, auth);
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.json.message, DEPTH);
+  r = await postJson(`${server.url}/v2/models/${MODEL}/generate`, { text_input: 'The package', parameters: { max_tokens: 2 } }, auth);
+  assert.equal(r.status, 200, r.text);
+  r = await postJson(`${server.url}/invocations`, { inputs: 'The package', parameters: { max_new_tokens: 2 } }, auth);
+  assert.equal(r.status, 200, r.text);
+});
+
+// Raw HTTP on one connection: what comes back, and whether the server closed it.
+function rawExchange(port, bytes, timeoutMs = 5000) {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(port, '127.0.0.1');
+    let data = '';
+    const timer = setTimeout(() => { sock.destroy(); resolve({ data, closed: false }); }, timeoutMs);
+    sock.on('connect', () => sock.write(bytes));
+    sock.on('data', (d) => { data += d; });
+    sock.on('end', () => { clearTimeout(timer); sock.destroy(); resolve({ data, closed: true }); });
+    sock.on('error', (e) => { clearTimeout(timer); reject(e); });
+  });
+}
+
+// Request smuggling (RFC 9112 section 6.1): the bytes after such headers must
+// never be answered as a second request.
+test('Transfer-Encoding other than chunked, or with Content-Length: 400 and the connection closes', async () => {
+  const smuggled = `GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n\r\n`;
+  const head = `POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\n`;
+  const body = '{"prompt": "x", "max_tokens": 1}';
+  const chunked = `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`;
+  const cases = {
+    gzip: `${head}Transfer-Encoding: gzip\r\n\r\n${smuggled}`,
+    'gzip, chunked': `${head}Transfer-Encoding: gzip, chunked\r\n\r\n${chunked}${smuggled}`,
+    'chunked and Content-Length': `${head}Transfer-Encoding: chunked\r\nContent-Length: ${chunked.length}\r\n\r\n${chunked}${smuggled}`,
+    'identity and Content-Length': `${head}Transfer-Encoding: identity\r\nContent-Length: ${body.length}\r\n\r\n${body}${smuggled}`,
+  };
+  for (const [name, bytes] of Object.entries(cases)) {
+    const { data, closed } = await rawExchange(server.port, bytes);
+    assert.match(data, /^HTTP\/1\.1 400 /, `${name}: ${data}`);
+    assert.equal(data.indexOf('HTTP/1.1', 1), -1, `${name}: a second response: ${data}`);
+    assert.ok(closed, `${name}: the connection stayed open`);
+  }
+  const ok = await rawExchange(server.port, `${head}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n${chunked}`);
+  assert.match(ok.data, /^HTTP\/1\.1 200 /, ok.data);
+});
 
 test(`bad input table (${CASES.length} cases): status and OpenAI error shape`, async () => {
   assert.ok(CASES.length >= 25);

@@ -18,6 +18,8 @@
 
 #include "serve/api_common.h"
 #include "serve/http_server.h"
+#include "serve/preprocess_pool.h"
+#include "text/jinja/chat_template.h"
 
 namespace halo::serve {
 namespace {
@@ -172,6 +174,111 @@ TEST(HttpServer, AClientThatGoesAwayIsNoticedAtOnce) {
   res->end_stream();
 }
 
+// Request smuggling (RFC 9112 section 6.1): framing other than exactly
+// `chunked`, or chunked with Content-Length, is a 400 and the connection
+// closes, so the bytes after the headers are never parsed as a request.
+TEST(HttpServer, TransferEncodingOtherThanChunkedIs400AndCloses) {
+  const std::string smuggled = "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string cases[] = {
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n" + smuggled,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + smuggled,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n" + smuggled,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "3\r\nabc\r\n0\r\n\r\n" + smuggled,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\nContent-Length: 3\r\n\r\nabc" + smuggled,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nabc" + smuggled,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
+      "3\r\nabc\r\n0\r\n\r\n" + smuggled,
+      // HTTP/1.0 has no transfer codings: faulty framing even when it is chunked.
+      "POST /echo HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" +
+          smuggled,
+  };
+  Fixture f;
+  for (const auto& request : cases) {
+    Client c(f.server->port());
+    c.send(request);
+    std::string r = c.read_until("\r\n\r\n\r\n");  // until EOF
+    EXPECT_EQ(r.rfind("HTTP/1.1 400", 0), 0u) << request << "\n->\n" << r;
+    EXPECT_EQ(r.find("HTTP/1.1", 1), std::string::npos) << "a second response: " << r;
+    EXPECT_EQ(r.find("POST abc"), std::string::npos) << r;
+    EXPECT_TRUE(c.eof()) << request;
+  }
+  // Plain chunked still works.
+  Client c(f.server->port());
+  c.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
+  EXPECT_NE(c.read_until("POST abc").find("POST abc"), std::string::npos);
+}
+
+TEST(HttpServer, OnDisconnectSetAfterTheClientLeftRunsAtOnce) {
+  Fixture f;
+  Client c(f.server->port());
+  c.send("POST /defer HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+  auto fut = f.deferred.get_future();
+  ASSERT_EQ(fut.wait_for(5s), std::future_status::ready);
+  auto res = fut.get();
+  c.close();
+  for (int i = 0; i < 200 && !res->disconnected(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(res->disconnected());
+  int called = 0;
+  res->on_disconnect([&] { called++; });  // as a preprocessing thread does after the client left
+  EXPECT_EQ(called, 1);
+}
+
+TEST(PreprocessPool, RunsTasksAndBoundsTheQueue) {
+  PreprocessPool pool(1, 2);
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  std::atomic<int> ran{0};
+  ASSERT_TRUE(pool.submit([gate, &ran] {
+    gate.wait();
+    ran++;
+  }));
+  for (int i = 0; i < 100 && pool.waiting() > 0; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(pool.submit([&ran] { ran++; }));
+  EXPECT_TRUE(pool.submit([&ran] { ran++; }));
+  EXPECT_FALSE(pool.submit([&ran] { ran++; }));  // two already wait
+  release.set_value();
+  for (int i = 0; i < 500 && ran.load() < 3; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(ran.load(), 3);
+}
+
+// ------------------------------------------------------------ request JSON
+
+std::string nested(int depth, const std::string& inner = "1") {
+  return std::string(size_t(depth), '[') + inner + std::string(size_t(depth), ']');
+}
+
+TEST(RequestJson, DepthIsLimitedWhileParsing) {
+  // The crash: 12,000 levels inside `messages` content.
+  const std::string deep = R"({"messages": [{"role": "user", "content": )" + nested(12000) + "}]}";
+  try {
+    parse_json_object(deep, 128);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("deeper than 128 levels (--max-request-json-depth)"), std::string::npos)
+        << e.what();
+  }
+  // Exactly the limit is accepted (the body object counts as one level).
+  EXPECT_NO_THROW(parse_json_object(R"({"a": )" + nested(127) + "}", 128));
+  EXPECT_THROW(parse_json_object(R"({"a": )" + nested(128) + "}", 128), ApiError);
+  EXPECT_THROW(parse_json_object(R"({"a": {"b": {"c": 1}}})", 2), ApiError);
+  EXPECT_NO_THROW(parse_json_object(R"({"a": {"b": 1}})", 2));
+  // Other requests' JSON (KServe's sampling_parameters string) names what it was.
+  try {
+    parse_request_json(nested(200), 64, "'sampling_parameters'");
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("'sampling_parameters' is nested deeper than 64", 0), 0u) << e.what();
+  }
+  try {
+    parse_json_object("{\"a\": ", 64);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos);
+  }
+}
+
 // ------------------------------------------------------------ request fields
 
 SamplingRequest parse(const std::string& body, Endpoint ep = Endpoint::kCompletions) {
@@ -252,6 +359,110 @@ TEST(ParseSampling, RejectsWhatCannotBeHonouredWithTheParamNamed) {
       EXPECT_EQ(e.param(), c.param) << c.body << ": " << e.what();
     }
   }
+}
+
+std::string error_of(const std::string& body, Endpoint ep = Endpoint::kCompletions) {
+  try {
+    parse(body, ep);
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400) << body;
+    return e.what();
+  }
+  return "accepted";
+}
+
+// Numbers past int32/int64 or float range are reported as sent, never wrapped.
+TEST(ParseSampling, OutOfRangeNumbersAreReportedAsSent) {
+  EXPECT_EQ(error_of(R"({"n": 3e9})"), "'n' must be an integer in [1, 2147483647], got 3000000000.0");
+  EXPECT_EQ(error_of(R"({"n": 3000000000})"), "'n' must be an integer in [1, 2147483647], got 3000000000");
+  EXPECT_EQ(error_of(R"({"max_tokens": 18446744073709551615})"),
+            "'max_tokens' must be an integer in [1, 2147483647], got 18446744073709551615");
+  EXPECT_EQ(error_of(R"({"max_tokens": -3e9})"), "'max_tokens' must be at least 1, got -3000000000.0");
+  EXPECT_EQ(error_of(R"({"n": 0})"), "'n' must be at least 1, got 0");
+  EXPECT_EQ(error_of(R"({"top_logprobs": 1e300, "logprobs": true})", Endpoint::kChat),
+            "'top_logprobs' must be an integer in [0, 20], got 1e+300");
+  EXPECT_EQ(error_of(R"({"seed": 18446744073709551615})"),
+            "'seed' must be an integer in [-9223372036854775808, 9223372036854775807], got 18446744073709551615");
+  EXPECT_EQ(error_of(R"({"seed": 9.3e18})"),
+            "'seed' must be an integer in [-9223372036854775808, 9223372036854775807], got 9.3e+18");
+  EXPECT_EQ(error_of(R"({"temperature": 1e39})"), "'temperature' is not a finite number as a 32-bit float, got 1e+39");
+  EXPECT_EQ(error_of(R"({"stop_token_ids": [18446744073709551615]})"),
+            "'stop_token_ids' holds 18446744073709551615, outside the vocabulary [0, 100)");
+  EXPECT_EQ(error_of(R"({"top_k": 1.5})"), "'top_k' must be an integer, got a number");
+  // 1e400 does not parse (nlohmann stops at the overflow): a 400 naming the field.
+  for (const char* body : {R"({"temperature": 1e400})", R"({"a": 1, "temperature": [1, -1e400]})"}) {
+    try {
+      parse_json_object(body, 128);
+      ADD_FAILURE() << "accepted";
+    } catch (const ApiError& e) {
+      EXPECT_STREQ(e.what(), "'temperature' is not a finite number (it overflows a double)");
+      EXPECT_EQ(e.param(), "temperature");
+    }
+  }
+}
+
+TEST(Tools, EachToolIsAFunctionWithANameAndTheIndexIsNamed) {
+  auto error_of_tools = [](const std::string& tools) -> std::string {
+    try {
+      validate_tools(json::parse(tools));
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.param(), "tools");
+      return e.what();
+    }
+    return "accepted";
+  };
+  const std::string ok = R"({"type": "function", "function": {"name": "f", "description": "d", "parameters": {}}})";
+  EXPECT_EQ(error_of_tools("[" + ok + "]"), "accepted");
+  EXPECT_EQ(error_of_tools(R"([{"type": "function", "function": {"name": "f"}}])"), "accepted");
+  EXPECT_EQ(error_of_tools("[]"), "accepted");
+  EXPECT_EQ(error_of_tools(R"({"type": "function"})"), "'tools' must be a list");
+  EXPECT_EQ(error_of_tools("[" + ok + ", 5]"),
+            R"(tools[1] must be an object {"type": "function", "function": {...}})");
+  EXPECT_EQ(error_of_tools(R"([{"type": "retrieval", "function": {"name": "f"}}])"),
+            R"(tools[0].type must be "function")");
+  EXPECT_EQ(error_of_tools(R"([{"function": {"name": "f"}}])"), R"(tools[0].type must be "function")");
+  EXPECT_EQ(error_of_tools(R"([{"type": "function"}])"), "tools[0].function must be an object");
+  EXPECT_EQ(error_of_tools(R"([{"type": "function", "function": "f"}])"), "tools[0].function must be an object");
+  EXPECT_EQ(error_of_tools(R"([{"type": "function", "function": {"name": ""}}])"),
+            "tools[0].function.name must be a non-empty string");
+  EXPECT_EQ(error_of_tools(R"([{"type": "function", "function": {"name": 3}}])"),
+            "tools[0].function.name must be a non-empty string");
+  EXPECT_EQ(error_of_tools(R"([{"type": "function", "function": {"name": "f", "parameters": []}}])"),
+            "tools[0].function.parameters must be an object (a JSON schema)");
+  EXPECT_EQ(error_of_tools(R"([{"type": "function", "function": {"name": "f", "description": 1}}])"),
+            "tools[0].function.description must be a string");
+}
+
+TEST(ApiErrors, OneMappingOfExceptionsToStatuses) {
+  auto map = [](auto&& thrower) {
+    try {
+      thrower();
+    } catch (...) {
+      return to_api_error(std::current_exception());
+    }
+    return ApiError(0, "nothing thrown");
+  };
+  ApiError a = map([] {
+    ApiError e(429, "busy");
+    e.headers.push_back({"Retry-After", "3"});
+    throw e;
+  });
+  EXPECT_EQ(a.status(), 429);
+  ASSERT_EQ(a.headers.size(), 1u);
+  EXPECT_EQ(map([] { throw text::TemplateError(1, "bad"); }).status(), 400);
+  EXPECT_EQ(map([] { throw text::TemplateError(1, "bad"); }).param(), "messages");
+  EXPECT_EQ(map([] { [[maybe_unused]] json j = json::parse("{"); }).status(), 400);
+  EXPECT_EQ(map([] { throw Error("no"); }).status(), 400);
+  EXPECT_EQ(map([] { throw std::runtime_error("bug"); }).status(), 500);
+  HttpResponse r = error_http_response(std::make_exception_ptr(a), [](const ApiError& e) {
+    HttpResponse out;
+    out.status = e.status();
+    return out;
+  });
+  EXPECT_EQ(r.status, 429);
+  ASSERT_EQ(r.headers.size(), 1u);
+  EXPECT_EQ(r.headers[0].first, "Retry-After");
 }
 
 TEST(ApiErrors, ContextMessageIsVllms) {

@@ -107,6 +107,36 @@ TEST(TokenizerLoad, MergeOutsideVocabularyIsRejected) {
   EXPECT_NE(msg.find("'ab'"), std::string::npos) << msg;
 }
 
+// Bad ids used to be reported as "malformed JSON", naming neither the token
+// nor the id; a huge id sized the id table (2e9 entries) before any check.
+TEST(TokenizerLoad, BadVocabIdsNameTheTokenAndId) {
+  TempDir dir;
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"a": 0, "b": -1})", "token \"b\" has id -1"},
+      {R"({"a": 0, "b": 1e12})", "token \"b\" has id 1e12"},
+      {R"({"a": 0, "b": 1.5})", "token \"b\" has id 1.5"},
+      {R"({"a": 0, "b": "x"})", "token \"b\" has id \"x\""},
+      {R"({"a": 0, "b": 2000000000})", "token \"b\" has id 2000000000"},
+      {R"({"a": 0, "b": 18446744073709551615})", "token \"b\" has id 18446744073709551615"},
+      {R"({"a": 0, "b": null})", "in model.vocab"},
+  };
+  for (const auto& [vocab, needle] : cases) {
+    const auto p = dir.write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": []}})");
+    const std::string msg = error_of([&] { Tokenizer::from_files(p, {}); });
+    EXPECT_NE(msg.find(p.string()), std::string::npos) << msg;
+    EXPECT_NE(msg.find(needle), std::string::npos) << vocab << ": " << msg;
+    EXPECT_EQ(msg.find("malformed JSON"), std::string::npos) << msg;
+  }
+  const std::pair<std::string, std::string> added[] = {
+      {"-1", "-1"}, {"\"x\"", "\"x\""}, {"1e12", "1000000000000.0"}, {"3000000000", "3000000000"}};
+  for (const auto& [id, shown] : added) {
+    const auto p = dir.write("tokenizer.json", R"({"added_tokens": [{"id": )" + id +
+                                                   R"(, "content": "<s>"}], "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
+    const std::string msg = error_of([&] { Tokenizer::from_files(p, {}); });
+    EXPECT_NE(msg.find("added token '<s>' has id " + shown + " (ids are integers"), std::string::npos) << msg;
+  }
+}
+
 TEST(TokenizerLoad, TinyHandWrittenModel) {
   // Merges as pairs, a Prepend/Replace normalizer and byte fallback: all hand-checkable.
   TempDir dir;

@@ -70,6 +70,8 @@ struct ServeOptions {
   double shutdown_timeout = 30.0;
   int http_threads = 2;
   int keep_alive_timeout = 60;
+  serve::RequestLimits limits;
+  int preprocess_threads = 2;
   engine::EngineConfig engine;
   ModelSource source;
 };
@@ -296,6 +298,8 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   api_cfg.max_queued_requests = o.max_queued_requests;
   api_cfg.max_queued_tokens = o.max_queued_tokens;
   api_cfg.version = HALO_VERSION;
+  api_cfg.limits = o.limits;
+  api_cfg.preprocess_threads = o.preprocess_threads;
 
   // Listen first, so /health answers (503) while the models load.
   auto api = std::make_unique<serve::OpenAIServer>(api_cfg);
@@ -430,6 +434,22 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--keep-alive-timeout", o->keep_alive_timeout, "Seconds an idle keep-alive connection stays open")
+      ->capture_default_str();
+  cmd->add_option("--max-request-json-depth", o->limits.max_json_depth,
+                  "Request JSON nested deeper than this (objects and arrays) gets 400 (at most 1000: rendering "
+                  "recurses through the JSON)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_option("--max-prompt-bytes", o->limits.max_prompt_bytes,
+                  "Longer text prompts (and rendered chats) get 400 before they are tokenized (0: 64 bytes per token "
+                  "of the model's max-model-len)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_flag("--trust-request-chat-template", o->limits.trust_request_chat_template,
+                "Accept a 'chat_template' sent in a request (vLLM's flag; without it such requests get 400)");
+  cmd->add_option("--preprocess-threads", o->preprocess_threads,
+                  "Threads that parse, render and tokenize requests, off the HTTP I/O threads")
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
   add_engine_options(*cmd, o->engine);
   add_model_source_options(*cmd, o->source);

@@ -42,6 +42,7 @@ struct Expr {
   std::string op;
   std::vector<std::string> ops;
   bool negated = false;
+  int height = 1;  // levels in this subtree (the parser bounds it)
   std::vector<ExprPtr> children;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
 

@@ -109,7 +109,7 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const std::filesystem::path& pa
   throw halo::Error(path.string() + ": no \"chat_template\" field (string or list of {name, template}); pass --chat-template");
 }
 
-std::string ChatTemplate::render(const ChatRenderRequest& req) const {
+std::string ChatTemplate::render(const ChatRenderRequest& req, const jinja::RenderLimits& limits) const {
   if (req.continue_final_message && req.add_generation_prompt)
     throw TemplateError(0, "continue_final_message and add_generation_prompt are not compatible: use "
                            "continue_final_message to continue the final message, add_generation_prompt to start a new "
@@ -129,7 +129,7 @@ std::string ChatTemplate::render(const ChatRenderRequest& req) const {
   if (req.chat_template_kwargs.is_object())
     for (const auto& [k, v] : req.chat_template_kwargs.items()) ctx[k] = v;
 
-  std::string rendered = template_.render(ctx);
+  std::string rendered = template_.render(ctx, limits);
   if (!req.continue_final_message) return rendered;
 
   if (messages.empty()) throw TemplateError(0, "continue_final_message is set but there are no messages");

@@ -42,7 +42,9 @@ class ChatTemplate {
   // "default" is used). Throws halo::Error naming the file when absent.
   static ChatTemplate from_tokenizer_config(const std::filesystem::path& tokenizer_config_json);
 
-  std::string render(const ChatRenderRequest& request) const;
+  // `limits` is the per-render budget (see jinja::RenderLimits): the server
+  // passes a per-request one when the template came from the client.
+  std::string render(const ChatRenderRequest& request, const jinja::RenderLimits& limits = {}) const;
 
   const std::string& source() const { return source_; }
 

@@ -12,6 +12,14 @@
 namespace halo::text::jinja {
 namespace {
 
+// Bytes a copy of `items` costs (strings are held by value, containers shared).
+std::size_t copy_bytes(const List& items) {
+  std::size_t n = items.size() * sizeof(Value);
+  for (const auto& v : items)
+    if (v.is_string()) n += v.str().size();
+  return n;
+}
+
 // ------------------------------------------------------------ string helpers
 
 std::string py_upper(const std::string& s) {
@@ -448,12 +456,40 @@ Interpreter::Interpreter(ScopePtr root, Limits limits) : root_(std::move(root)),
 
 void Interpreter::fail(const std::string& msg) const { throw TemplateError(line_, msg); }
 
-void Interpreter::step() {
-  if (++steps_ > limits_.max_steps) fail("template exceeded the step limit (" + std::to_string(limits_.max_steps) + ")");
+void Interpreter::step() { charge(1); }
+
+void Interpreter::charge(std::size_t steps) {
+  steps_ += steps;
+  if (steps_ > limits_.max_steps) fail("template exceeded the step limit (" + std::to_string(limits_.max_steps) + " steps)");
 }
 
 void Interpreter::check_size(std::size_t n) const {
-  if (n > limits_.max_output_bytes) fail("template output exceeds " + std::to_string(limits_.max_output_bytes) + " bytes");
+  if (n > limits_.max_output_bytes)
+    fail("template output exceeds the output limit (" + std::to_string(limits_.max_output_bytes) + " bytes)");
+}
+
+// Copying memory is cheap per byte but not free: one step per 256 bytes keeps
+// a loop that rebuilds a growing string (quadratic copying) within the budget
+// of time the step limit stands for.
+constexpr std::size_t kBytesPerStep = 256;
+
+void Interpreter::produced(std::size_t bytes) {
+  check_size(bytes);
+  charge(bytes / kBytesPerStep);
+}
+
+void Interpreter::emit(std::string& out, const std::string& piece) {
+  charge(piece.size() / kBytesPerStep);
+  out += piece;
+  check_size(out.size());
+}
+
+Interpreter::DepthGuard::DepthGuard(Interpreter& interp) : I(interp) {
+  if (++I.depth_ > I.limits_.max_depth) {
+    --I.depth_;
+    I.fail("maximum recursion depth exceeded: the template passed the depth limit (" +
+           std::to_string(I.limits_.max_depth) + ") of nested calls, blocks and expressions");
+  }
 }
 
 [[noreturn]] static void fail_undefined(const Interpreter& I, const Value& v) {
@@ -477,16 +513,15 @@ Interpreter::Flow Interpreter::exec(const Body& body, const ScopePtr& scope, std
 
 Interpreter::Flow Interpreter::exec_node(const Node& n, const ScopePtr& scope, std::string& out) {
   step();
+  DepthGuard depth(*this);
   line_ = n.line;
   switch (n.k) {
     case Node::K::Text:
-      out += n.text;
-      check_size(out.size());
+      emit(out, n.text);
       return Flow::Normal;
     case Node::K::Output: {
       Value v = eval(*n.expr, scope);
-      out += v.to_str();
-      check_size(out.size());
+      emit(out, v.to_str());
       return Flow::Normal;
     }
     case Node::K::If:
@@ -529,8 +564,7 @@ Interpreter::Flow Interpreter::exec_node(const Node& n, const ScopePtr& scope, s
       line_ = n.line;
       Value r = eval(*n.filter, scope);
       block_input_ = saved;
-      out += r.to_str();
-      check_size(out.size());
+      emit(out, r.to_str());
       return Flow::Normal;
     }
     case Node::K::Macro:
@@ -561,8 +595,7 @@ Interpreter::Flow Interpreter::exec_node(const Node& n, const ScopePtr& scope, s
       for (const auto& [k, e] : call_expr.kwargs) args.kw.emplace_back(k, eval(*e, scope));
       args.kw.emplace_back("caller", caller);
       line_ = n.line;
-      out += call(fn, args).to_str();
-      check_size(out.size());
+      emit(out, call(fn, args).to_str());
       return Flow::Normal;
     }
     case Node::K::With: {
@@ -633,6 +666,11 @@ void Interpreter::exec_for(const Node& n, const ScopePtr& scope, std::string& ou
                            if (a.pos.empty()) I.fail("no items for cycling given");
                            return a.pos[static_cast<std::size_t>(*counter) % a.pos.size()];
                          }));
+  // loop.previtem / nextitem hold the items: the loop object nests them.
+  for (const auto& item : items) {
+    d.depth = std::max(d.depth, item.depth() + 1);
+    d.has_ns = d.has_ns || item.holds_namespace();
+  }
   const std::size_t base_vars = n.targets.size() + 1;
   for (std::int64_t i = 0; i < len; ++i) {
     step();
@@ -672,6 +710,9 @@ void Interpreter::assign(const Expr& t, Value v, const ScopePtr& scope) {
     Value* ns = scope->lookup(base);
     if (!ns) fail("'" + base + "' is undefined");
     if (!ns->is_namespace()) fail("cannot assign attribute on non-namespace object");
+    // A namespace inside a namespace can close a cycle (ns.a = ns), which
+    // comparing or printing would follow forever; chat templates never need it.
+    if (v.holds_namespace()) fail("cannot store a namespace in a namespace attribute");
     ns->dict_ref().set(Value(t.name), std::move(v));
     return;
   }
@@ -710,11 +751,21 @@ Value Interpreter::make_macro(const Node& n, const ScopePtr& scope) {
 // ===================================================================== expressions
 
 Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
+  step();
+  DepthGuard depth(*this);
+  return eval_expr(e, scope);
+}
+
+Value Interpreter::eval_expr(const Expr& e, const ScopePtr& scope) {
   switch (e.k) {
     case Expr::K::Literal:
       return e.literal;
     case Expr::K::Name: {
-      if (Value* v = scope->lookup(e.name)) return *v;
+      if (Value* v = scope->lookup(e.name)) {
+        // Strings are copied by value: referencing a big one costs its size.
+        if (v->is_string()) charge(v->str().size() / kBytesPerStep);
+        return *v;
+      }
       return Value::undefined("'" + e.name + "' is undefined");
     }
     case Expr::K::List:
@@ -854,7 +905,7 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
 Value Interpreter::eval_binary(const std::string& op, const Value& a, const Value& b) {
   if (op == "~") {
     std::string s = a.to_str() + b.to_str();
-    check_size(s.size());
+    produced(s.size());
     return Value(std::move(s));
   }
   if (a.is_undefined()) fail_undefined(*this, a);
@@ -872,10 +923,11 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     }
     if (nums) return Value(a.as_float() + b.as_float());
     if (a.is_string() && b.is_string()) {
-      check_size(a.str().size() + b.str().size());
+      produced(a.str().size() + b.str().size());
       return Value(a.str() + b.str());
     }
     if (a.kind() == b.kind() && a.is_sequence_like()) {
+      produced(copy_bytes(a.items()) + copy_bytes(b.items()));
       List r = a.items();
       r.insert(r.end(), b.items().begin(), b.items().end());
       return a.is_tuple() ? Value::tuple(std::move(r)) : Value::list(std::move(r));
@@ -914,16 +966,16 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
       type_err();
     }
     std::int64_t n = std::max<std::int64_t>(0, cnt->as_int());
+    // Size checked before building: n * size may not even fit in size_t.
+    const std::size_t unit = seq->is_string() ? seq->str().size() : copy_bytes(seq->items());
+    if (n > 0 && unit > 0 && static_cast<std::size_t>(n) > limits_.max_output_bytes / unit)
+      check_size(limits_.max_output_bytes + 1);
+    produced(static_cast<std::size_t>(n) * unit);
     if (seq->is_string()) {
-      check_size(static_cast<std::size_t>(n) * seq->str().size() / (n ? 1 : 1));
-      if (n > 0 && seq->str().size() > 0 && static_cast<std::size_t>(n) > limits_.max_output_bytes / seq->str().size())
-        check_size(limits_.max_output_bytes + 1);
       std::string r;
       for (std::int64_t i = 0; i < n; ++i) r += seq->str();
       return Value(std::move(r));
     }
-    if (n > 0 && seq->items().size() > 0 && static_cast<std::size_t>(n) > limits_.max_output_bytes / seq->items().size())
-      check_size(limits_.max_output_bytes + 1);
     List r;
     for (std::int64_t i = 0; i < n; ++i) r.insert(r.end(), seq->items().begin(), seq->items().end());
     return seq->is_tuple() ? Value::tuple(std::move(r)) : Value::list(std::move(r));
@@ -1016,7 +1068,15 @@ bool Interpreter::contains(const Value& c, const Value& item) {
   }
 }
 
+// Every loop and sequence filter copies its input through here: charging the
+// copy keeps a loop over a big list inside a loop within the step budget.
 List Interpreter::iterate(const Value& v) {
+  List items = iterate_items(v);
+  charge(copy_bytes(items) / kBytesPerStep);
+  return items;
+}
+
+List Interpreter::iterate_items(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::List:
     case Value::Kind::Tuple:
@@ -1100,13 +1160,7 @@ Value Interpreter::call(const Value& fn, Args& args) {
     if (fn.is_undefined()) fail_undefined(*this, fn);
     fail("'" + fn.type_name() + "' object is not callable");
   }
-  if (call_depth_ >= limits_.max_call_depth)
-    fail("maximum recursion depth exceeded (" + std::to_string(limits_.max_call_depth) + " nested calls)");
-  struct Depth {
-    int& d;
-    explicit Depth(int& x) : d(x) { ++d; }
-    ~Depth() { --d; }
-  } depth(call_depth_);
+  DepthGuard depth(*this);
   int saved_line = line_;
   Value r = fn.fn().fn(*this, args);
   line_ = saved_line;
@@ -1165,7 +1219,7 @@ Value call_str_method(Interpreter& I, const std::string& s, const std::string& n
     const Value* c = arg(a, 2, "count");
     if (!o || !n || !o->is_string() || !n->is_string()) I.fail("replace() needs two string arguments");
     std::string r = py_replace(s, o->str(), n->str(), c ? c->as_int() : -1);
-    I.check_size(r.size());
+    I.produced(r.size());
     return Value(std::move(r));
   }
   if (name == "format") return Value(brace_format(I, s, a));
@@ -1181,6 +1235,7 @@ Value call_str_method(Interpreter& I, const std::string& s, const std::string& n
       r += x.str();
       I.check_size(r.size());
     }
+    I.produced(r.size());
     return Value(std::move(r));
   }
   if (name == "find" || name == "rfind" || name == "index") {
@@ -1422,6 +1477,7 @@ Value Interpreter::apply_filter(const std::string& name, Value v, Args& a) {
       r += (attribute ? attr_path(*this, x, *attribute, nullptr) : x).to_str();
       check_size(r.size());
     }
+    produced(r.size());
     return Value(std::move(r));
   }
   if (name == "tojson") {
@@ -1523,7 +1579,7 @@ Value Interpreter::apply_filter(const std::string& name, Value v, Args& a) {
     const Value* c = arg(a, 2, "count");
     if (!o || !n) fail("replace filter needs old and new");
     std::string r = py_replace(v.to_str(), o->to_str(), n->to_str(), (c && !c->is_none()) ? c->as_int() : -1);
-    check_size(r.size());
+    produced(r.size());
     return Value(std::move(r));
   }
   if (name == "indent") {
@@ -1551,7 +1607,7 @@ Value Interpreter::apply_filter(const std::string& name, Value v, Args& a) {
       }
     }
     if (first) rv = ind + rv;
-    check_size(rv.size());
+    produced(rv.size());
     return Value(std::move(rv));
   }
   if (name == "center") {

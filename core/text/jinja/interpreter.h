@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "text/jinja/ast.h"
+#include "text/jinja/template.h"
 #include "text/jinja/value.h"
 
 namespace halo::text::jinja {
@@ -22,11 +23,7 @@ struct Scope {
 };
 using ScopePtr = std::shared_ptr<Scope>;
 
-struct Limits {
-  int max_call_depth = 64;                          // nested macro calls
-  std::size_t max_output_bytes = 64u << 20;         // any rendered string
-  std::size_t max_steps = 10'000'000;               // statements + loop iterations
-};
+using Limits = RenderLimits;
 
 class Interpreter {
  public:
@@ -43,7 +40,13 @@ class Interpreter {
   Value getattr(const Value& obj, const std::string& name);
   Value getitem(const Value& obj, const Value& key);
   List iterate(const Value& v);
+  void charge(std::size_t steps);
   void check_size(std::size_t n) const;
+  // A new string or list of `bytes` was built: checks the size limit and
+  // charges the copy to the step budget.
+  void produced(std::size_t bytes);
+  // Appends to a rendered buffer, charging the bytes copied.
+  void emit(std::string& out, const std::string& piece);
 
   static bool has_filter(const std::string& name);
   static bool has_test(const std::string& name);
@@ -57,16 +60,25 @@ class Interpreter {
   void assign(const Expr& target, Value v, const ScopePtr& scope);
   Value make_macro(const Node& n, const ScopePtr& scope);
   Value eval(const Expr& e, const ScopePtr& scope);
+  Value eval_expr(const Expr& e, const ScopePtr& scope);
   Value eval_binary(const std::string& op, const Value& a, const Value& b);
   bool compare(const std::string& op, const Value& a, const Value& b);
   bool contains(const Value& container, const Value& item);
   Value method(const Value& obj, const std::string& name);
   void step();
+  List iterate_items(const Value& v);
+
+  // Counts one level of interpreter recursion for its lifetime.
+  struct DepthGuard {
+    Interpreter& I;
+    explicit DepthGuard(Interpreter& interp);
+    ~DepthGuard() { --I.depth_; }
+  };
 
   ScopePtr root_;
   Limits limits_;
   int line_ = 0;
-  int call_depth_ = 0;
+  int depth_ = 0;
   std::size_t steps_ = 0;
   const Value* block_input_ = nullptr;  // value of a null filter input (block filters)
 };

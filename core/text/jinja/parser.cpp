@@ -1,6 +1,7 @@
 // Lexer and recursive-descent parser following jinja2 3.1's grammar and its
 // whitespace rules with trim_blocks=True, lstrip_blocks=True.
 #include <cctype>
+#include <algorithm>
 #include <charconv>
 #include <string_view>
 
@@ -354,13 +355,35 @@ class Parser {
   std::size_t i_ = 0;
   int depth_ = 0;
 
+  [[noreturn]] void fail_nesting() const {
+    fail("template nests expressions/blocks too deeply (nesting limit " + std::to_string(kMaxNesting) + ")");
+  }
+
+  // Bounds the parser's own recursion (parentheses, nested blocks, ...).
   struct DepthGuard {
     Parser& p;
     explicit DepthGuard(Parser& parser) : p(parser) {
-      if (++p.depth_ > kMaxNesting) p.fail("template nests expressions/blocks too deeply (limit " + std::to_string(kMaxNesting) + ")");
+      if (++p.depth_ > kMaxNesting) p.fail_nesting();
     }
     ~DepthGuard() { --p.depth_; }
   };
+
+  // Every child is attached here so the tree's height is known as it grows.
+  // Operator and postfix chains (`1 + 1 + ...`, `x.a.a...`, `x|f|f...`) are
+  // parsed in loops, not by recursion, yet build a tree as deep as the chain;
+  // the checks, the evaluator and even the destructor recurse once per level,
+  // so 10^4 `+` would overflow the stack there. Refusing here keeps every tree
+  // at most kMaxNesting high (also when destroyed during the throw).
+  void adopt(Expr& parent, ExprPtr child) {
+    if (child) parent.height = std::max(parent.height, child->height + 1);
+    if (parent.height > kMaxNesting) fail_nesting();
+    parent.children.push_back(std::move(child));
+  }
+  void adopt_kwarg(Expr& parent, std::string name, ExprPtr child) {
+    parent.height = std::max(parent.height, child->height + 1);
+    if (parent.height > kMaxNesting) fail_nesting();
+    parent.kwargs.emplace_back(std::move(name), std::move(child));
+  }
 
   const Token& cur() const { return t_[i_]; }
   const Token& peek(std::size_t n = 1) const { return t_[std::min(i_ + n, t_.size() - 1)]; }
@@ -524,19 +547,19 @@ class Parser {
       base->name = name;
       auto a = std::make_unique<Expr>(Expr::K::Attr, line);
       a->name = expect_name();
-      a->children.push_back(std::move(base));
+      adopt(*a, std::move(base));
       return a;
     }
     auto nm = std::make_unique<Expr>(Expr::K::Name, line);
     nm->name = name;
     if (!is_op(",")) return nm;
     auto tup = std::make_unique<Expr>(Expr::K::Tuple, line);
-    tup->children.push_back(std::move(nm));
+    adopt(*tup, std::move(nm));
     while (accept_op(",")) {
       if (cur().t != Token::T::Name) break;
       auto e = std::make_unique<Expr>(Expr::K::Name, cur().line);
       e->name = expect_name();
-      tup->children.push_back(std::move(e));
+      adopt(*tup, std::move(e));
     }
     return tup;
   }
@@ -643,7 +666,7 @@ class Parser {
       return std::move(items[0]);
     }
     auto t = std::make_unique<Expr>(Expr::K::Tuple, line);
-    t->children = std::move(items);
+    for (auto& item : items) adopt(*t, std::move(item));
     return t;
   }
 
@@ -663,9 +686,9 @@ class Parser {
       ExprPtr otherwise;
       if (accept_name("else")) otherwise = parse_expression(true);
       auto c = std::make_unique<Expr>(Expr::K::Cond, line);
-      c->children.push_back(std::move(e));
-      c->children.push_back(std::move(cond));
-      c->children.push_back(std::move(otherwise));
+      adopt(*c, std::move(e));
+      adopt(*c, std::move(cond));
+      adopt(*c, std::move(otherwise));
       e = std::move(c);
     }
     return e;
@@ -674,8 +697,8 @@ class Parser {
   ExprPtr binary(Expr::K k, std::string op, ExprPtr a, ExprPtr b, int line) {
     auto e = std::make_unique<Expr>(k, line);
     e->op = std::move(op);
-    e->children.push_back(std::move(a));
-    e->children.push_back(std::move(b));
+    adopt(*e, std::move(a));
+    adopt(*e, std::move(b));
     return e;
   }
 
@@ -704,7 +727,7 @@ class Parser {
       advance();
       auto e = std::make_unique<Expr>(Expr::K::Unary, line);
       e->op = "not";
-      e->children.push_back(parse_not());
+      adopt(*e, parse_not());
       return e;
     }
     return parse_compare();
@@ -731,10 +754,10 @@ class Parser {
       }
       if (!cmp) {
         cmp = std::make_unique<Expr>(Expr::K::Compare, line);
-        cmp->children.push_back(std::move(first));
+        adopt(*cmp, std::move(first));
       }
       cmp->ops.push_back(op);
-      cmp->children.push_back(parse_math1());
+      adopt(*cmp, parse_math1());
     }
     return cmp ? std::move(cmp) : std::move(first);
   }
@@ -783,7 +806,7 @@ class Parser {
       auto u = std::make_unique<Expr>(Expr::K::Unary, cur().line);
       u->op = cur().v;
       advance();
-      u->children.push_back(parse_unary(false));
+      adopt(*u, parse_unary(false));
       e = std::move(u);
     } else {
       e = parse_primary();
@@ -846,10 +869,10 @@ class Parser {
           ExprPtr first = parse_expression(true);
           if (accept_op(")")) return first;
           auto tup = std::make_unique<Expr>(Expr::K::Tuple, line);
-          tup->children.push_back(std::move(first));
+          adopt(*tup, std::move(first));
           while (accept_op(",")) {
             if (is_op(")")) break;
-            tup->children.push_back(parse_expression(true));
+            adopt(*tup, parse_expression(true));
           }
           expect_op(")");
           return tup;
@@ -860,7 +883,7 @@ class Parser {
           while (!is_op("]")) {
             if (!e->children.empty()) expect_op(",");
             if (is_op("]")) break;
-            e->children.push_back(parse_expression(true));
+            adopt(*e, parse_expression(true));
           }
           expect_op("]");
           return e;
@@ -871,9 +894,9 @@ class Parser {
           while (!is_op("}")) {
             if (!e->children.empty()) expect_op(",");
             if (is_op("}")) break;
-            e->children.push_back(parse_expression(true));
+            adopt(*e, parse_expression(true));
             expect_op(":");
-            e->children.push_back(parse_expression(true));
+            adopt(*e, parse_expression(true));
           }
           expect_op("}");
           return e;
@@ -895,7 +918,7 @@ class Parser {
           auto a = std::make_unique<Expr>(Expr::K::Attr, line);
           a->name = cur().v;
           advance();
-          a->children.push_back(std::move(e));
+          adopt(*a, std::move(e));
           e = std::move(a);
         } else if (cur().t == Token::T::Int) {
           auto idx = std::make_unique<Expr>(Expr::K::Literal, line);
@@ -929,18 +952,18 @@ class Parser {
       }
     } else if (is_op(",")) {
       auto tup = std::make_unique<Expr>(Expr::K::Tuple, line);
-      tup->children.push_back(std::move(parts[0]));
+      adopt(*tup, std::move(parts[0]));
       while (accept_op(",")) {
         if (is_op("]")) break;
-        tup->children.push_back(parse_expression(true));
+        adopt(*tup, parse_expression(true));
       }
       parts[0] = std::move(tup);
     }
     expect_op("]");
     if (!is_slice) return binary(Expr::K::Item, "", std::move(base), std::move(parts[0]), line);
     auto s = std::make_unique<Expr>(Expr::K::Slice, line);
-    s->children.push_back(std::move(base));
-    for (auto& p : parts) s->children.push_back(std::move(p));
+    adopt(*s, std::move(base));
+    for (auto& p : parts) adopt(*s, std::move(p));
     return s;
   }
 
@@ -955,10 +978,10 @@ class Parser {
         std::string name = cur().v;
         advance();
         advance();
-        call.kwargs.emplace_back(std::move(name), parse_expression(true));
+        adopt_kwarg(call, std::move(name), parse_expression(true));
       } else {
         if (!call.kwargs.empty()) fail("positional argument follows keyword argument");
-        call.children.push_back(parse_expression(true));
+        adopt(call, parse_expression(true));
       }
     }
     expect_op(")");
@@ -966,7 +989,7 @@ class Parser {
 
   ExprPtr parse_call(ExprPtr fn) {
     auto c = std::make_unique<Expr>(Expr::K::Call, cur().line);
-    c->children.push_back(std::move(fn));
+    adopt(*c, std::move(fn));
     parse_call_args(*c);
     return c;
   }
@@ -986,7 +1009,7 @@ class Parser {
         f->name += "." + cur().v;
         advance();
       }
-      f->children.push_back(std::move(node));
+      adopt(*f, std::move(node));
       if (is_op("(")) parse_call_args(*f);
       node = std::move(f);
     }
@@ -1003,7 +1026,7 @@ class Parser {
         auto t = std::make_unique<Expr>(Expr::K::Test, line);
         if (accept_name("not")) t->negated = true;
         t->name = expect_name();
-        t->children.push_back(std::move(e));
+        adopt(*t, std::move(e));
         if (is_op("(")) {
           parse_call_args(*t);
         } else if ((cur().t == Token::T::Name || cur().t == Token::T::String || cur().t == Token::T::Int ||
@@ -1011,7 +1034,7 @@ class Parser {
                    !is_name("else") && !is_name("or") && !is_name("and") && !is_name("if") && !is_name("in") &&
                    !is_name("not")) {
           if (is_name("is")) fail("You cannot chain multiple tests with is");
-          t->children.push_back(parse_primary_postfix());
+          adopt(*t, parse_primary_postfix());
         }
         e = std::move(t);
       } else if (is_op("(")) {

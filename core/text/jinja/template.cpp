@@ -70,6 +70,7 @@ ScopePtr make_globals() {
       if (out.size() >= 1'000'000) I.fail("range too big (more than 1000000 items)");
       out.emplace_back(i);
     }
+    I.charge(out.size() / 16);  // building the list is work even if it is never iterated
     return Value::list(std::move(out));
   });
   auto make_mapping = [](bool ns) {
@@ -105,13 +106,14 @@ Template::Template(const std::string& source) {
   body_ = std::move(body);
 }
 
-std::string Template::render(const nlohmann::ordered_json& context) const {
+std::string Template::render(const nlohmann::ordered_json& context, const RenderLimits& limits) const {
   if (!context.is_object() && !context.is_null()) throw TemplateError(0, "render context must be a JSON object");
   auto root = std::make_shared<Scope>();
   root->parent = make_globals();
   if (context.is_object())
     for (const auto& [k, v] : context.items()) root->vars[k] = Value::from_json(v);
-  Interpreter interp(root);
+  Interpreter interp(root, limits);
+  ScopedPrintLimits print_limits({limits.max_output_bytes, limits.max_depth});
   try {
     return interp.render(*body_);
   } catch (const TemplateError&) {

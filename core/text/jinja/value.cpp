@@ -8,6 +8,12 @@
 
 namespace halo::text::jinja {
 
+namespace {
+[[noreturn]] void fail_depth() {
+  throw std::length_error("value nested too deeply (limit " + std::to_string(kMaxValueDepth) + " levels)");
+}
+}  // namespace
+
 Value Value::undefined(std::string hint) {
   Value v;
   v.s_ = std::move(hint);
@@ -23,6 +29,13 @@ Value Value::none() {
 Value Value::list(List items) {
   Value v;
   v.kind_ = Kind::List;
+  int depth = 1;
+  for (const auto& item : items) {
+    depth = std::max(depth, item.depth() + 1);
+    v.has_ns_ = v.has_ns_ || item.holds_namespace();
+  }
+  if (depth > kMaxValueDepth) fail_depth();
+  v.depth_ = static_cast<std::uint16_t>(depth);
   v.l_ = std::make_shared<List>(std::move(items));
   return v;
 }
@@ -81,7 +94,13 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     case T::object: {
       Value d = dict();
       d.d_->entries.reserve(j.size());
-      for (const auto& [k, e] : j.items()) d.d_->entries.emplace_back(Value(k), from_json(e));
+      for (const auto& [k, e] : j.items()) {
+        // Keys are unique in parsed JSON: append directly, tracking depth as set() does.
+        Value v = from_json(e);
+        d.d_->depth = std::max(d.d_->depth, v.depth() + 1);
+        if (d.d_->depth > kMaxValueDepth) fail_depth();
+        d.d_->entries.emplace_back(Value(k), std::move(v));
+      }
       return d;
     }
     case T::binary:
@@ -290,6 +309,34 @@ static std::string repr_string(const std::string& s) {
   return out;
 }
 
+namespace {
+thread_local PrintLimits t_print_limits;
+thread_local int t_print_depth = 0;
+
+// One level of container printing (repr or JSON).
+struct PrintLevel {
+  PrintLevel() {
+    if (++t_print_depth > t_print_limits.max_depth) {
+      --t_print_depth;
+      throw std::length_error("value nested too deeply to print (depth limit " +
+                              std::to_string(t_print_limits.max_depth) + ")");
+    }
+  }
+  ~PrintLevel() { --t_print_depth; }
+  PrintLevel(const PrintLevel&) = delete;
+  PrintLevel& operator=(const PrintLevel&) = delete;
+};
+
+void check_print_size(const std::string& out) {
+  if (out.size() > t_print_limits.max_bytes)
+    throw std::length_error("value too large to print: output exceeds the output limit (" +
+                            std::to_string(t_print_limits.max_bytes) + " bytes)");
+}
+}  // namespace
+
+ScopedPrintLimits::ScopedPrintLimits(PrintLimits limits) : saved_(t_print_limits) { t_print_limits = limits; }
+ScopedPrintLimits::~ScopedPrintLimits() { t_print_limits = saved_; }
+
 std::string Value::repr() const {
   switch (kind_) {
     case Kind::String:
@@ -298,10 +345,12 @@ std::string Value::repr() const {
       return "Undefined";
     case Kind::List:
     case Kind::Tuple: {
+      PrintLevel level;
       std::string out = kind_ == Kind::List ? "[" : "(";
       for (std::size_t i = 0; i < l_->size(); ++i) {
         if (i) out += ", ";
         out += (*l_)[i].repr();
+        check_print_size(out);
       }
       if (kind_ == Kind::Tuple && l_->size() == 1) out += ",";
       out += kind_ == Kind::List ? "]" : ")";
@@ -309,12 +358,14 @@ std::string Value::repr() const {
     }
     case Kind::Dict:
     case Kind::Namespace: {
+      PrintLevel level;
       std::string out = kind_ == Kind::Namespace ? "<Namespace {" : "{";
       bool first = true;
       for (const auto& [k, v] : d_->entries) {
         if (!first) out += ", ";
         first = false;
         out += k.repr() + ": " + v.repr();
+        check_print_size(out);
       }
       out += kind_ == Kind::Namespace ? "}>" : "}";
       return out;
@@ -365,7 +416,24 @@ const Value* Dict::find_str(std::string_view key) const {
   return nullptr;
 }
 
+int Value::depth() const {
+  if (kind_ == Kind::List || kind_ == Kind::Tuple) return depth_;
+  if (kind_ == Kind::Dict || kind_ == Kind::Namespace) return d_->depth;
+  return 0;
+}
+
+bool Value::holds_namespace() const {
+  if (kind_ == Kind::Namespace) return true;
+  if (kind_ == Kind::List || kind_ == Kind::Tuple) return has_ns_;
+  if (kind_ == Kind::Dict) return d_->has_ns;
+  return false;
+}
+
 void Dict::set(Value key, Value value) {
+  const int d = std::max(key.depth(), value.depth()) + 1;
+  if (d > kMaxValueDepth) fail_depth();
+  depth = std::max(depth, d);
+  has_ns = has_ns || key.holds_namespace() || value.holds_namespace();
   if (Value* v = find(key)) {
     *v = std::move(value);
     return;
@@ -472,6 +540,8 @@ static void json_string(std::string& out, const std::string& s, bool ensure_asci
 
 static void json_dump(std::string& out, const Value& v, const JsonOptions& o, int level, int depth) {
   if (depth > 512) throw std::invalid_argument("tojson: value nested too deeply");
+  PrintLevel print_level;
+  check_print_size(out);
   auto newline = [&](int lvl) {
     if (!o.indent) return;
     out += '\n';

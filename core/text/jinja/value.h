@@ -2,6 +2,7 @@
 // Value: the dynamic type of the Jinja engine, modelled on the Python objects
 // jinja2 works with (Undefined, None, bool, int, float, str, list, tuple,
 // dict with insertion order, namespace, callables). str()/repr() follow Python.
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -82,20 +83,33 @@ class Value {
   std::string type_name() const;  // Python type name: str, int, dict, ...
   // Identity of shared containers (for the sameas test).
   const void* identity() const;
+  // Container nesting (0 for scalars). Bounded by kMaxValueDepth at
+  // construction: destroying, comparing or printing a value recurses once per
+  // level, and a loop can wrap a list in a list millions of times.
+  int depth() const;
+  // True for a namespace or a container holding one: only namespaces are
+  // mutable, so only they can come to contain themselves.
+  bool holds_namespace() const;
 
  private:
   Kind kind_ = Kind::Undefined;
   bool b_ = false;
   std::int64_t i_ = 0;
   double f_ = 0.0;
+  std::uint16_t depth_ = 0;  // List / Tuple (a Dict keeps its own)
+  bool has_ns_ = false;      // List / Tuple
   std::string s_;
   std::shared_ptr<List> l_;
   std::shared_ptr<Dict> d_;
   std::shared_ptr<Function> fn_;
 };
 
+constexpr int kMaxValueDepth = 512;
+
 struct Dict {
   std::vector<std::pair<Value, Value>> entries;
+  int depth = 1;
+  bool has_ns = false;
   const Value* find(const Value& key) const;
   Value* find(const Value& key);
   const Value* find_str(std::string_view key) const;
@@ -121,6 +135,26 @@ struct JsonOptions {
   bool ensure_ascii = false;
 };
 std::string to_json(const Value& v, const JsonOptions& opts);
+
+// Bounds what repr()/to_str()/to_json() of a container may build on this
+// thread (Template::render sets it from its RenderLimits): containers share
+// their children, so a value made in a few steps ([l, l] doubled 40 times) can
+// print as terabytes, and a list may contain itself. Exceeding either bound
+// throws std::length_error naming it.
+struct PrintLimits {
+  std::size_t max_bytes = SIZE_MAX;
+  int max_depth = 512;
+};
+class ScopedPrintLimits {
+ public:
+  explicit ScopedPrintLimits(PrintLimits limits);
+  ~ScopedPrintLimits();
+  ScopedPrintLimits(const ScopedPrintLimits&) = delete;
+  ScopedPrintLimits& operator=(const ScopedPrintLimits&) = delete;
+
+ private:
+  PrintLimits saved_;
+};
 
 // Python float repr: shortest round-trip digits, '1e-05', '3.0', 'inf'.
 std::string py_float_repr(double d);

@@ -45,13 +45,17 @@ json parse_json(const std::filesystem::path& path) {
 // tokenizer.json is parsed with a SAX handler: model.vocab and model.merges
 // (hundreds of thousands of entries) go straight into vectors instead of a
 // DOM; everything else is built as a normal DOM (where those two keys are null).
+// Largest vocabulary accepted (as for config.json's vocab_size): the id table
+// is allocated up to the largest id, so {"a": 2000000000} must not pass.
+constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
 struct TokenizerJson {
   json rest;
   std::vector<std::pair<std::string, int64_t>> vocab;
   bool has_vocab = false;
   std::vector<std::pair<std::string, std::string>> merges;
   bool has_merges = false;
-  std::string bad_merge;  // first malformed merge entry, for the error message
+  std::string bad_merge;  // first malformed vocab or merge entry, for the error message
 };
 
 class TokenizerSax final : public nlohmann::json_sax<json> {
@@ -61,21 +65,22 @@ class TokenizerSax final : public nlohmann::json_sax<json> {
   bool null() override { return mode_ == Mode::Dom ? dom_.null() : bad("null"); }
   bool boolean(bool v) override { return mode_ == Mode::Dom ? dom_.boolean(v) : bad(v ? "true" : "false"); }
   bool number_integer(number_integer_t v) override {
-    if (mode_ == Mode::Vocab) return vocab_value(v);
+    if (mode_ == Mode::Vocab) return vocab_value(v, std::to_string(v));
     return mode_ == Mode::Dom ? dom_.number_integer(v) : bad(std::to_string(v));
   }
   bool number_unsigned(number_unsigned_t v) override {
-    if (mode_ == Mode::Vocab) return vocab_value(v > static_cast<number_unsigned_t>(INT64_MAX) ? -1 : static_cast<int64_t>(v));
+    if (mode_ == Mode::Vocab)
+      return vocab_value(v > static_cast<number_unsigned_t>(INT64_MAX) ? -1 : static_cast<int64_t>(v), std::to_string(v));
     return mode_ == Mode::Dom ? dom_.number_unsigned(v) : bad(std::to_string(v));
   }
   bool number_float(number_float_t v, const string_t& s) override {
-    if (mode_ == Mode::Vocab) return vocab_value(-1);
+    if (mode_ == Mode::Vocab) return vocab_value(-1, s);  // 1e12, 3.0: ids are written as integers
     return mode_ == Mode::Dom ? dom_.number_float(v, s) : bad(s);
   }
   bool string(string_t& v) override {
     switch (mode_) {
       case Mode::Dom: return dom_.string(v);
-      case Mode::Vocab: return vocab_value(-1);
+      case Mode::Vocab: return vocab_value(-1, json(v).dump());
       case Mode::Merges: {
         if (depth_ == special_depth_) {
           const auto sp = v.find(' ');
@@ -168,9 +173,12 @@ class TokenizerSax final : public nlohmann::json_sax<json> {
 
  private:
   enum class Mode { Dom, Vocab, Merges };
-  bool vocab_value(int64_t v) {
-    if (v < 0 || v > INT32_MAX) {
-      bad_ = "vocab entry '" + key_ + "' has a bad id";
+  // Ids index the id -> token table, which is sized by the largest id.
+  bool vocab_value(int64_t v, const std::string& shown) {
+    if (v < 0 || v >= kMaxTokenId) {
+      bad_ = "model.vocab token " + json(key_).dump() + " has id " + shown + " (ids are integers from 0 to " +
+             std::to_string(kMaxTokenId - 1) + ")";
+      out_.bad_merge = bad_;
       return false;
     }
     out_.vocab.emplace_back(std::move(key_), v);
@@ -1005,14 +1013,19 @@ std::shared_ptr<TokenizerData> load(const std::filesystem::path& tokenizer_json,
     if (const json* at = find_key(j, "added_tokens")) {
       for (const auto& e : *at) {
         AddedToken t;
-        t.id = e.at("id").get<int32_t>();
+        if (!e.is_object() || !e.contains("content") || !e["content"].is_string())
+          throw Error(fmt::format("{}: added_tokens entry {} has no string 'content'", what, e.dump()));
         t.content = e.at("content").get<std::string>();
+        const json* id = find_key(e, "id");
+        if (!id || !id->is_number_integer() || id->get<int64_t>() < 0 || id->get<int64_t>() >= kMaxTokenId)
+          throw Error(fmt::format("{}: added token '{}' has id {} (ids are integers from 0 to {})", what, t.content,
+                                  id ? id->dump() : "null", kMaxTokenId - 1));
+        t.id = static_cast<int32_t>(id->get<int64_t>());
         t.special = get_bool(e, "special", false);
         t.lstrip = get_bool(e, "lstrip", false);
         t.rstrip = get_bool(e, "rstrip", false);
         t.single_word = get_bool(e, "single_word", false);
         t.normalized = get_bool(e, "normalized", !t.special);
-        if (t.id < 0) throw Error(fmt::format("{}: added token '{}' has negative id {}", what, t.content, t.id));
         max_id = std::max(max_id, t.id);
         d->added.push_back(std::move(t));
       }
