@@ -18,7 +18,8 @@ build_pkgs=(
   # The quick start's example request.
   curl
 )
-test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm)
+# clang-16 + libFuzzer: the fuzz targets (scripts/fuzz.sh, scripts/ci-sanitizers.sh).
+test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm clang-16 libclang-rt-16-dev)
 
 want=("${build_pkgs[@]}")
 if [[ "${1:-}" == "--test" ]]; then want+=("${test_pkgs[@]}"); fi

@@ -142,7 +142,10 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path
   }
   if (!header.is_object()) throw Error(fmt::format("{}: header JSON is not an object", fname));
 
-  for (const auto& [name, entry] : header.items()) {
+  for (const auto& item : header.items()) {
+    // Named copies, not structured bindings: lambdas below capture them (clang < 16 refuses that).
+    const std::string& name = item.key();
+    const auto& entry = item.value();
     if (name == "__metadata__") {
       if (!entry.is_object()) throw Error(fmt::format("{}: __metadata__ is not an object", fname));
       for (const auto& [k, v] : entry.items()) metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();

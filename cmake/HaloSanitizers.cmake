@@ -1,0 +1,72 @@
+# Sanitizer and fuzzer builds (docs/testing.md).
+#
+#   -DHALO_SANITIZE="address;undefined"   ASan + UBSan (GCC or clang)
+#   -DHALO_SANITIZE=thread                TSan
+#   -DHALO_BUILD_FUZZERS=ON               libFuzzer targets in fuzz/ (clang >= 16);
+#                                         implies HALO_SANITIZE=address;undefined
+#
+# The flags go on every C and C++ target (libraries, executables, the
+# dlopen'ed plugin MODULEs), compile and link, so a plugin is instrumented
+# like the program that loads it; the sanitizer runtime comes with the
+# executable. nvcc does not take these flags: a sanitized configure leaves the
+# cuda plugin out (CMAKE_CUDA_COMPILER empty) unless a CUDA compiler is given
+# explicitly, and then only its host C++ is instrumented.
+set(HALO_SANITIZE "" CACHE STRING "Sanitizers for every target, e.g. \"address;undefined\" or \"thread\"")
+option(HALO_BUILD_FUZZERS "Build the libFuzzer targets in fuzz/ (clang; ASan+UBSan)" OFF)
+
+if(HALO_BUILD_FUZZERS)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "HALO_BUILD_FUZZERS needs clang (libFuzzer): configure with "
+                        "-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ (not ${CMAKE_CXX_COMPILER_ID})")
+  endif()
+  if(CMAKE_CXX_COMPILER_VERSION VERSION_LESS 16)
+    message(WARNING "HALO_BUILD_FUZZERS: clang ${CMAKE_CXX_COMPILER_VERSION} may reject halo's C++20 (lambdas "
+                    "capturing structured bindings need clang 16); Debian 12: clang-16 libclang-rt-16-dev")
+  endif()
+  if(NOT HALO_SANITIZE)
+    set(HALO_SANITIZE "address;undefined" CACHE STRING "" FORCE)
+  endif()
+endif()
+
+if(HALO_SANITIZE)
+  set(_halo_known address undefined thread leak)
+  foreach(s IN LISTS HALO_SANITIZE)
+    if(NOT s IN_LIST _halo_known)
+      message(FATAL_ERROR "HALO_SANITIZE: unknown sanitizer '${s}' (one of: ${_halo_known})")
+    endif()
+  endforeach()
+  if("thread" IN_LIST HALO_SANITIZE AND ("address" IN_LIST HALO_SANITIZE OR "leak" IN_LIST HALO_SANITIZE))
+    message(FATAL_ERROR "HALO_SANITIZE: thread cannot be combined with address or leak")
+  endif()
+  list(JOIN HALO_SANITIZE "," _halo_san)
+  set(_halo_cc "$<COMPILE_LANGUAGE:C,CXX>")
+  add_compile_options("$<${_halo_cc}:-fsanitize=${_halo_san}>" "$<${_halo_cc}:-fno-omit-frame-pointer>" "$<${_halo_cc}:-g>")
+  if("undefined" IN_LIST HALO_SANITIZE)
+    # A UBSan report fails the run instead of scrolling by.
+    add_compile_options("$<${_halo_cc}:-fno-sanitize-recover=undefined>")
+  endif()
+  if(HALO_BUILD_FUZZERS)
+    # Coverage feedback for libFuzzer in every library; the fuzz targets add
+    # -fsanitize=fuzzer (libFuzzer's main) themselves.
+    add_compile_options("$<${_halo_cc}:-fsanitize=fuzzer-no-link>")
+  endif()
+  add_link_options("-fsanitize=${_halo_san}")
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang" AND NOT HALO_BUILD_FUZZERS)
+    # clang links its sanitizer runtime statically into executables only, so
+    # the plugin MODULEs (linked with --no-undefined) could not resolve it:
+    # use the shared runtime everywhere, found through an rpath.
+    execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-resource-dir OUTPUT_VARIABLE _halo_rd OUTPUT_STRIP_TRAILING_WHITESPACE)
+    add_link_options(-shared-libsan "LINKER:-rpath,${_halo_rd}/lib/linux")
+  endif()
+  # Release's -O3 hides too much from the reports; keep it fast but readable.
+  if(CMAKE_BUILD_TYPE STREQUAL "Release")
+    message(STATUS "halo: HALO_SANITIZE with a Release build: consider RelWithDebInfo")
+  endif()
+  # nvcc takes none of these flags: leave the cuda plugin out unless asked for.
+  if(NOT DEFINED CMAKE_CUDA_COMPILER)
+    set(CMAKE_CUDA_COMPILER "" CACHE FILEPATH "CUDA compiler (left empty by HALO_SANITIZE: the cuda plugin is not built)")
+  endif()
+  # The conformance suite's own nested ASan build is redundant in a sanitized tree.
+  set(HALO_CONFORMANCE_ASAN OFF CACHE BOOL "" FORCE)
+  message(STATUS "halo: sanitizers: ${_halo_san}")
+endif()

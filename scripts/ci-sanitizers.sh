@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Sanitizer and fuzzing checks, run by .ci/run after the README's test
+# command (docs/testing.md has what each phase covers and how long it takes):
+#   asan  GCC, -DHALO_SANITIZE="address;undefined": the unit and end-to-end
+#         suites (ctest), halo and its plugins instrumented
+#   tsan  GCC, -DHALO_SANITIZE=thread: the engine and server concurrency tests
+#         (AsyncEngine/engine tests, engine_behaviour_test, serve_unit_test,
+#         the serve e2e tests load, disconnect, admission)
+#   fuzz  clang + libFuzzer: every target of fuzz/ for a short bounded run
+#         (scripts/fuzz.sh), after replaying the reproducers of fixed crashes
+#
+#   scripts/ci-sanitizers.sh [--quick] [--build-root DIR] [--fuzz-time S] [PHASE...]
+#
+#   --quick        asan: ctest without the slowest model-reference tests (see below)
+#   --build-root D build directories D/build-asan, D/build-tsan, D/build-fuzz
+#                  (default: the repository root)
+#   --fuzz-time S  seconds per fuzz target (default 20)
+#   PHASE          asan, tsan, fuzz (default: all three)
+#
+# A phase whose toolchain is missing (clang/libFuzzer for fuzz) is skipped
+# with the reason; every other failure fails the script, after all phases ran.
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+
+quick=0 root="$here" fuzz_time=20 phases=()
+while (($#)); do
+  case "$1" in
+    --quick) quick=1; shift ;;
+    --build-root) root="$2"; shift 2 ;;
+    --fuzz-time) fuzz_time="$2"; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    asan|tsan|fuzz) phases+=("$1"); shift ;;
+    *) echo "ci-sanitizers.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+((${#phases[@]})) || phases=(asan tsan fuzz)
+
+jobs=$(nproc 2>/dev/null || echo 2)
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+# Sanitized code at -O1 with debug info: readable reports, tolerable speed.
+common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g"
+        -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DHALO_BUILD_BENCHMARKS=OFF)
+
+results=()
+failed=0
+phase_start=0
+begin() { phase_start=$(date +%s); echo; echo "==== ci-sanitizers: $1"; }
+finish() {  # finish NAME STATUS [NOTE]
+  local secs=$(( $(date +%s) - phase_start ))
+  local line="$1: $2 in $((secs / 60))m$((secs % 60))s${3:+ ($3)}"
+  results+=("$line")
+  echo "==== ci-sanitizers: $line"
+  [[ "$2" == failed ]] && failed=1
+  return 0
+}
+
+# halt on the first report; the server's children inherit these through ctest
+# and the Node tests (they spawn the halo binary with the environment).
+asan_env() {
+  export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_leaks=1"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+  export LSAN_OPTIONS="suppressions=$root/build-asan/lsan.supp:print_suppressions=0"
+}
+
+run_asan() {
+  begin "asan (address;undefined): build + ctest"
+  local b="$root/build-asan"
+  if ! cmake -S . -B "$b" "${gen[@]}" "${common[@]}" -DHALO_BUILD_TESTS=ON -DHALO_SANITIZE="address;undefined" >/dev/null ||
+     ! cmake --build "$b" -j "$jobs"; then
+    finish asan failed "build"; return
+  fi
+  # Leaks in third-party code that never frees its one-time state.
+  printf '%s\n' 'leak:libdnnl' 'leak:libgomp' 'leak:libcurl' 'leak:libcrypto' > "$b/lsan.supp"
+  local exclude=()
+  if ((quick)); then
+    # The slowest tests under ASan (numeric model references, full-size
+    # conformance goldens); they run in the full mode.
+    exclude=(-E '^(Reference\.|reference_forward|conformance_cpu_bf16$|text\.compare_tokenizers_with_hf$)')
+  fi
+  ( asan_env; ctest --test-dir "$b" --output-on-failure --timeout 1200 "${exclude[@]}" )
+  if (($? == 0)); then finish asan passed; else finish asan failed "ctest"; fi
+}
+
+run_tsan() {
+  begin "tsan (thread): engine and server concurrency tests"
+  local b="$root/build-tsan"
+  if ! cmake -S . -B "$b" "${gen[@]}" "${common[@]}" -DHALO_BUILD_TESTS=ON -DHALO_SANITIZE=thread >/dev/null ||
+     ! cmake --build "$b" -j "$jobs" --target engine_test engine_behaviour_test serve_unit_test halo halo_plugin_cpu; then
+    finish tsan failed "build"; return
+  fi
+  # libgomp (oneDNN's runtime) is not instrumented: its synchronisation is invisible to TSan.
+  printf '%s\n' 'called_from_lib:libgomp.so' 'called_from_lib:libdnnl.so' > "$b/tsan.supp"
+  (
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$b/tsan.supp"
+    ctest --test-dir "$b" --output-on-failure --timeout 1200 \
+      -R '^((AsyncEngine|Engine[A-Za-z]*|Scheduler|KvBlockManager|PrefixCache|Sampler|SamplingParams|HttpServer|ParseSampling|ApiErrors)\.|serve_(load|disconnect|admission|hostile)$)'
+  )
+  if (($? == 0)); then finish tsan passed; else finish tsan failed "ctest"; fi
+}
+
+run_fuzz() {
+  begin "fuzz (${fuzz_time}s per target)"
+  local cxx="${CXX_FUZZ:-clang++-16}" cc="${CC_FUZZ:-clang-16}"
+  if ! command -v "$cxx" >/dev/null; then
+    finish fuzz skipped "$cxx not found: scripts/install-deps.sh --test installs clang-16 and libclang-rt-16-dev"; return
+  fi
+  local rt
+  rt=$("$cxx" -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)
+  if [[ ! -f "$rt" ]] && ! ls "$("$cxx" -print-resource-dir)"/lib/linux/libclang_rt.fuzzer*.a >/dev/null 2>&1; then
+    finish fuzz skipped "libFuzzer runtime not found (Debian: libclang-rt-16-dev)"; return
+  fi
+  local b="$root/build-fuzz" ok=1
+  CC="$cc" CXX="$cxx" scripts/fuzz.sh --build-dir "$b" --regressions || ok=0
+  CC="$cc" CXX="$cxx" scripts/fuzz.sh --build-dir "$b" --no-build --time "$fuzz_time" || ok=0
+  if ((ok)); then finish fuzz passed; else finish fuzz failed "see the fuzz summary above"; fi
+}
+
+total_start=$(date +%s)
+for p in "${phases[@]}"; do "run_$p"; done
+total=$(( $(date +%s) - total_start ))
+echo
+echo "ci-sanitizers summary ($((total / 60))m$((total % 60))s):"
+printf '  %s\n' "${results[@]}"
+exit $failed
