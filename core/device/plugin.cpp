@@ -27,18 +27,7 @@ struct Plugin::Library {
   }
 };
 
-const char* status_name(halo_status_code code) {
-  switch (code) {
-    case HALO_STATUS_OK: return "OK";
-    case HALO_STATUS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case HALO_STATUS_OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case HALO_STATUS_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
-    case HALO_STATUS_UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case HALO_STATUS_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case HALO_STATUS_INTERNAL: return "INTERNAL";
-  }
-  return "UNKNOWN";
-}
+const char* status_name(halo_status_code code) { return halo_status_name(code); }
 
 std::string kind_name(halo_device_kind kind) {
   switch (kind) {

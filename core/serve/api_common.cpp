@@ -25,13 +25,33 @@ const char* error_type(int status) {
   }
 }
 
-ojson error_object(int status, const std::string& message, const std::string& param) {
+const char* default_error_code(int status) {
+  switch (status) {
+    case 400: return error_code::kInvalidRequest;
+    case 401: return error_code::kInvalidApiKey;
+    case 429: return error_code::kRateLimit;
+    default: return nullptr;
+  }
+}
+
+std::optional<std::string> ApiError::code() const {
+  if (code_) return code_->empty() ? std::nullopt : code_;
+  const char* d = default_error_code(status_);
+  return d ? std::optional<std::string>(d) : std::nullopt;
+}
+
+ojson error_object(const ApiError& err) {
   ojson e;
-  e["message"] = message;
-  e["type"] = error_type(status);
-  e["param"] = param.empty() ? ojson(nullptr) : ojson(param);
-  e["code"] = status;
+  e["message"] = err.what();
+  e["type"] = error_type(err.status());
+  e["param"] = err.param().empty() ? ojson(nullptr) : ojson(err.param());
+  auto code = err.code();
+  e["code"] = code ? ojson(*code) : ojson(nullptr);
   return ojson{{"error", std::move(e)}};
+}
+
+ojson error_object(int status, const std::string& message, const std::string& param) {
+  return error_object(ApiError(status, message, param));
 }
 
 std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
@@ -46,7 +66,8 @@ std::string type_name(const json& v) {
   return "null";
 }
 [[noreturn]] void bad_type(const std::string& name, const char* expected, const json& v) {
-  throw ApiError(400, fmt::format("'{}' must be {}, got {}", name, expected, type_name(v)), name);
+  throw ApiError(400, fmt::format("'{}' must be {}, got {}", name, expected, type_name(v)), name,
+                 error_code::kInvalidType);
 }
 }  // namespace
 
@@ -66,7 +87,8 @@ std::optional<bool> Fields::boolean(const std::string& name) {
 
 namespace {
 [[noreturn]] void out_of_range(const std::string& name, int64_t lo, int64_t hi, const json& v) {
-  throw ApiError(400, fmt::format("'{}' must be an integer in [{}, {}], got {}", name, lo, hi, v.dump()), name);
+  throw ApiError(400, fmt::format("'{}' must be an integer in [{}, {}], got {}", name, lo, hi, v.dump()), name,
+                 error_code::kInvalidValue);
 }
 }  // namespace
 
@@ -83,11 +105,13 @@ std::optional<int64_t> Fields::integer(const std::string& name, int64_t lo, int6
     x = v->get<int64_t>();
   } else if (v->is_number_float()) {
     double d = v->get<double>();
-    if (!std::isfinite(d)) throw ApiError(400, fmt::format("'{}' is not a finite number", name), name);
+    if (!std::isfinite(d))
+      throw ApiError(400, fmt::format("'{}' is not a finite number", name), name, error_code::kInvalidValue);
     if (d != std::floor(d)) bad_type(name, "an integer", *v);
     if (d < double(lo) || d > double(hi) || d >= 0x1p63) {  // 2^63: int64 max rounds up to it
       if (d < double(lo) && hi >= std::numeric_limits<int32_t>::max())
-        throw ApiError(400, fmt::format("'{}' must be at least {}, got {}", name, lo, v->dump()), name);
+        throw ApiError(400, fmt::format("'{}' must be at least {}, got {}", name, lo, v->dump()), name,
+                       error_code::kInvalidValue);
       out_of_range(name, lo, hi, *v);
     }
     x = static_cast<int64_t>(d);
@@ -95,7 +119,7 @@ std::optional<int64_t> Fields::integer(const std::string& name, int64_t lo, int6
     bad_type(name, "an integer", *v);
   }
   if (x < lo && hi >= std::numeric_limits<int32_t>::max())
-    throw ApiError(400, fmt::format("'{}' must be at least {}, got {}", name, lo, x), name);
+    throw ApiError(400, fmt::format("'{}' must be at least {}, got {}", name, lo, x), name, error_code::kInvalidValue);
   if (x < lo || x > hi) out_of_range(name, lo, hi, *v);
   return x;
 }
@@ -106,7 +130,8 @@ std::optional<double> Fields::number(const std::string& name) {
   if (!v->is_number()) bad_type(name, "a number", *v);
   double d = v->get<double>();
   // 1e400 parses as infinity: say so rather than "got inf".
-  if (!std::isfinite(d)) throw ApiError(400, fmt::format("'{}' is not a finite number", name), name);
+  if (!std::isfinite(d))
+    throw ApiError(400, fmt::format("'{}' is not a finite number", name), name, error_code::kInvalidValue);
   return d;
 }
 
@@ -148,7 +173,8 @@ json parse_request_json(const std::string& text, int max_depth, const std::strin
   } catch (const json::out_of_range& e) {
     // 1e400: nlohmann stops at the overflow (id 406); the last key read is its field.
     if (e.id == 406 && !last_key.empty())
-      throw ApiError(400, fmt::format("'{}' is not a finite number (it overflows a double)", last_key), last_key);
+      throw ApiError(400, fmt::format("'{}' is not a finite number (it overflows a double)", last_key), last_key,
+                     error_code::kInvalidValue);
     throw ApiError(400, fmt::format("{} is not valid JSON: {}", what, e.what()));
   } catch (const json::exception& e) {
     throw ApiError(400, fmt::format("{} is not valid JSON: {}", what, e.what()));
@@ -162,7 +188,7 @@ json parse_json_object(const std::string& body, int max_depth) {
 }
 
 void validate_tools(const json& tools) {
-  if (!tools.is_array()) throw ApiError(400, "'tools' must be a list", "tools");
+  if (!tools.is_array()) throw ApiError(400, "'tools' must be a list", "tools", error_code::kInvalidType);
   for (size_t i = 0; i < tools.size(); ++i) {
     const json& t = tools[i];
     auto bad = [i](const std::string& what) {
@@ -215,18 +241,19 @@ int resolve_max_tokens(const SamplingRequest& s, Endpoint ep, int prompt_len, in
   if (s.max_tokens) {
     if (prompt_len + *s.max_tokens > max_model_len)
       throw ApiError(400, context_length_message(max_model_len, prompt_len, *s.max_tokens),
-                     ep == Endpoint::kChat ? "messages" : "prompt");
+                     ep == Endpoint::kChat ? "messages" : "prompt", error_code::kContextLength);
     return *s.max_tokens;
   }
   int room = max_model_len - prompt_len;
   if (ep == Endpoint::kChat) {
     // vLLM: what is left of the context, capped by generation_config's max_new_tokens.
-    if (room <= 0) throw ApiError(400, context_length_message(max_model_len, prompt_len, 0), "messages");
+    if (room <= 0)
+      throw ApiError(400, context_length_message(max_model_len, prompt_len, 0), "messages", error_code::kContextLength);
     return g.max_new_tokens ? std::min(room, *g.max_new_tokens) : room;
   }
   // OpenAI's default of 16 for completions and /generate.
   if (prompt_len + 16 > max_model_len)
-    throw ApiError(400, context_length_message(max_model_len, prompt_len, 16), "prompt");
+    throw ApiError(400, context_length_message(max_model_len, prompt_len, 16), "prompt", error_code::kContextLength);
   return 16;
 }
 
@@ -239,11 +266,12 @@ float checked_float(Fields& f, const std::string& name, float fallback, double l
   if (!v) return fallback;
   // The sampler takes floats: 1e39 would become inf there.
   if (std::fabs(*v) > double(std::numeric_limits<float>::max()))
-    throw ApiError(400, fmt::format("'{}' is not a finite number as a 32-bit float, got {}", name, *v), name);
+    throw ApiError(400, fmt::format("'{}' is not a finite number as a 32-bit float, got {}", name, *v), name,
+                   error_code::kInvalidValue);
   if ( *v < lo || *v > hi || (lo_open && *v == lo)) {
     std::string range = std::isinf(hi) ? fmt::format("{} {}", lo_open ? ">" : ">=", lo)
                                        : fmt::format("in {}{}, {}]", lo_open ? "(" : "[", lo, hi);
-    throw ApiError(400, fmt::format("'{}' must be {}, got {}", name, range, *v), name);
+    throw ApiError(400, fmt::format("'{}' must be {}, got {}", name, range, *v), name, error_code::kInvalidValue);
   }
   return static_cast<float>(*v);
 }
@@ -253,7 +281,8 @@ void reject_nonempty(Fields& f, const std::string& name, const std::string& why)
   const json* v = f.get(name);
   if (!v) return;
   if ((v->is_array() || v->is_object() || v->is_string()) && v->empty()) return;
-  throw ApiError(400, fmt::format("'{}' is not supported by halo: {}", name, why), name);
+  throw ApiError(400, fmt::format("'{}' is not supported by halo: {}", name, why), name,
+                 error_code::kUnsupportedParameter);
 }
 
 }  // namespace
@@ -284,26 +313,29 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
       o.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
       for (const auto& x : *stop) {
-        if (!x.is_string()) throw ApiError(400, "'stop' must be a string or a list of strings", "stop");
+        if (!x.is_string())
+          throw ApiError(400, "'stop' must be a string or a list of strings", "stop", error_code::kInvalidType);
         o.stop.push_back(x.get<std::string>());
       }
     } else {
-      throw ApiError(400, "'stop' must be a string or a list of strings", "stop");
+      throw ApiError(400, "'stop' must be a string or a list of strings", "stop", error_code::kInvalidType);
     }
     for (const auto& x : o.stop)
-      if (x.empty()) throw ApiError(400, "'stop' strings must not be empty", "stop");
+      if (x.empty()) throw ApiError(400, "'stop' strings must not be empty", "stop", error_code::kInvalidValue);
   }
   if (const json* ids = f.get("stop_token_ids")) {
-    if (!ids->is_array()) throw ApiError(400, "'stop_token_ids' must be a list of token ids", "stop_token_ids");
+    if (!ids->is_array())
+      throw ApiError(400, "'stop_token_ids' must be a list of token ids", "stop_token_ids", error_code::kInvalidType);
     for (const auto& x : *ids) {
       if (!x.is_number_integer())
-        throw ApiError(400, "'stop_token_ids' must be a list of integer token ids", "stop_token_ids");
+        throw ApiError(400, "'stop_token_ids' must be a list of integer token ids", "stop_token_ids",
+                       error_code::kInvalidType);
       // Compared as sent (x.dump()): an id past int64 must not wrap into the vocabulary.
       if (x.is_number_unsigned() ? x.get<uint64_t>() >= uint64_t(d.vocab_size)
                                  : (x.get<int64_t>() < 0 || x.get<int64_t>() >= d.vocab_size))
         throw ApiError(400,
                        fmt::format("'stop_token_ids' holds {}, outside the vocabulary [0, {})", x.dump(), d.vocab_size),
-                       "stop_token_ids");
+                       "stop_token_ids", error_code::kInvalidValue);
       const int64_t id = x.get<int64_t>();
       s.stop_token_ids.push_back(static_cast<int32_t>(id));
     }
@@ -315,10 +347,14 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
 
   // Fan-out.
   o.n = static_cast<int>(f.integer("n", 1, kIntMax).value_or(1));
-  if (o.n > 64) throw ApiError(400, fmt::format("'n' must be at most 64, got {}", o.n), "n");
+  if (o.n > 64) throw ApiError(400, fmt::format("'n' must be at most 64, got {}", o.n), "n", error_code::kInvalidValue);
   if (auto b = f.integer("best_of", 1, kIntMax)) {
-    if (*b > 64) throw ApiError(400, fmt::format("'best_of' must be at most 64, got {}", *b), "best_of");
-    if (*b < o.n) throw ApiError(400, fmt::format("'best_of' ({}) must be at least 'n' ({})", *b, o.n), "best_of");
+    if (*b > 64)
+      throw ApiError(400, fmt::format("'best_of' must be at most 64, got {}", *b), "best_of",
+                     error_code::kInvalidValue);
+    if (*b < o.n)
+      throw ApiError(400, fmt::format("'best_of' ({}) must be at least 'n' ({})", *b, o.n), "best_of",
+                     error_code::kInvalidValue);
     o.best_of = static_cast<int>(*b);
   }
 
@@ -331,7 +367,9 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
     if (lp) s.logprobs = static_cast<int>(top.value_or(0));
   } else {
     if (const json* v = f.get("logprobs")) {
-      if (v->is_boolean()) throw ApiError(400, "'logprobs' must be an integer in [0, 20] on this endpoint", "logprobs");
+      if (v->is_boolean())
+        throw ApiError(400, "'logprobs' must be an integer in [0, 20] on this endpoint", "logprobs",
+                       error_code::kInvalidType);
       s.logprobs = static_cast<int>(*f.integer("logprobs", 0, 20));
     }
   }
@@ -345,14 +383,17 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
   if (const json* t = f.get("truncate_prompt_tokens")) {
     (void)t;
     auto v = f.integer("truncate_prompt_tokens", -1, kIntMax);
-    if (*v == 0) throw ApiError(400, "'truncate_prompt_tokens' must be -1 or at least 1", "truncate_prompt_tokens");
+    if (*v == 0)
+      throw ApiError(400, "'truncate_prompt_tokens' must be -1 or at least 1", "truncate_prompt_tokens",
+                     error_code::kInvalidValue);
     r.truncate_prompt_tokens = static_cast<int>(*v);
   }
 
   // Streaming.
   r.stream = f.boolean("stream").value_or(false);
   if (const json* so = f.get("stream_options")) {
-    if (!so->is_object()) throw ApiError(400, "'stream_options' must be an object", "stream_options");
+    if (!so->is_object())
+      throw ApiError(400, "'stream_options' must be an object", "stream_options", error_code::kInvalidType);
     if (!r.stream) throw ApiError(400, "'stream_options' is only allowed with 'stream': true", "stream_options");
     Fields sf(*so);
     r.include_usage = sf.boolean("include_usage").value_or(false);
@@ -365,9 +406,11 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
   f.touch("user");
   f.touch("model");
   if (auto lp = f.number("length_penalty"); lp && *lp != 1.0)
-    throw ApiError(400, "'length_penalty' only applies to beam search, which halo does not implement", "length_penalty");
+    throw ApiError(400, "'length_penalty' only applies to beam search, which halo does not implement", "length_penalty",
+                   error_code::kUnsupportedValue);
   if (f.boolean("use_beam_search").value_or(false))
-    throw ApiError(400, "'use_beam_search' is not supported by halo", "use_beam_search");
+    throw ApiError(400, "'use_beam_search' is not supported by halo", "use_beam_search",
+                   error_code::kUnsupportedParameter);
 
   // Fields halo cannot honour yet: rejected rather than silently ignored.
   reject_nonempty(f, "logit_bias", "the sampler has no per-token bias");
@@ -380,8 +423,9 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
   }
   if (const json* rf = f.get("response_format")) {
     if (!rf->is_object() || rf->value("type", std::string()) != "text")
-      throw ApiError(400, "'response_format' other than {\"type\": \"text\"} is not supported by halo (no guided decoding)",
-                     "response_format");
+      throw ApiError(400,
+                     "'response_format' other than {\"type\": \"text\"} is not supported by halo (no guided decoding)",
+                     "response_format", error_code::kUnsupportedValue);
   }
   return r;
 }

@@ -22,19 +22,43 @@ using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 // An error with its HTTP status, in OpenAI's shape:
-// {"error": {"message", "type", "param", "code"}}.
+// {"error": {"message", "type", "param", "code"}}. `code` is OpenAI's
+// machine-readable string (model_not_found, context_length_exceeded, ...):
+// the one given here, else default_error_code(status); "" means null.
 class ApiError : public Error {
  public:
-  ApiError(int status, std::string message, std::string param = {})
-      : Error(std::move(message)), status_(status), param_(std::move(param)) {}
+  ApiError(int status, std::string message, std::string param = {}, std::optional<std::string> code = std::nullopt)
+      : Error(std::move(message)), status_(status), param_(std::move(param)), code_(std::move(code)) {}
   int status() const { return status_; }
   const std::string& param() const { return param_; }
+  // OpenAI's `code` (nullopt: null).
+  std::optional<std::string> code() const;
   std::vector<std::pair<std::string, std::string>> headers;  // e.g. Retry-After
 
  private:
   int status_;
   std::string param_;
+  std::optional<std::string> code_;
 };
+
+// OpenAI's error codes halo sends (docs/serving.md, "Errors").
+namespace error_code {
+inline constexpr const char* kInvalidRequest = "invalid_request_error";  // 400 without a finer code
+inline constexpr const char* kInvalidType = "invalid_type";              // a field of the wrong type
+inline constexpr const char* kInvalidValue = "invalid_value";            // out of range, outside the vocabulary
+inline constexpr const char* kMissingParameter = "missing_required_parameter";
+inline constexpr const char* kUnsupportedParameter = "unsupported_parameter";  // a field halo cannot honour
+inline constexpr const char* kUnsupportedValue = "unsupported_value";          // a value halo cannot honour
+inline constexpr const char* kContextLength = "context_length_exceeded";
+inline constexpr const char* kInvalidApiKey = "invalid_api_key";  // 401
+inline constexpr const char* kModelNotFound = "model_not_found";  // 404 for a model
+inline constexpr const char* kRateLimit = "rate_limit_exceeded";  // 429
+}  // namespace error_code
+
+// The code of an error that names none, by status: 400 invalid_request_error,
+// 401 invalid_api_key, 429 rate_limit_exceeded; nullptr (null) otherwise, as
+// OpenAI sends for an unknown route (404), a server error (500) or 503.
+const char* default_error_code(int status);
 
 // The one mapping of what a request handler throws to an HTTP status: an
 // ApiError as thrown; a chat-template error, malformed JSON or any other
@@ -62,7 +86,9 @@ inline constexpr int64_t kPromptBytesPerToken = 64;
 
 // vLLM's error type names by status ("BadRequestError", "NotFoundError", ...).
 const char* error_type(int status);
-ojson error_object(int status, const std::string& message, const std::string& param = {});
+// {"error": {"message", "type", "param", "code"}} in OpenAI's order.
+ojson error_object(const ApiError& e);
+ojson error_object(int status, const std::string& message, const std::string& param = {});  // the default code
 std::string dump(const ojson& j);  // compact; invalid UTF-8 replaced
 
 // Typed, null-tolerant access to the fields of a JSON request object. A

@@ -87,8 +87,9 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-std::string error_json(int status, const std::string& type, const std::string& message) {
-  // Same shape as the API layer's errors; written here for failures before a handler runs.
+std::string error_json(const std::string& type, const std::string& message) {
+  // Same shape as the API layer's errors (OpenAI's: `code` a string or null);
+  // written here for failures before a handler runs.
   std::string escaped;
   for (char c : message) {
     if (static_cast<unsigned char>(c) < 0x20) {  // the message may quote a header the client sent
@@ -98,7 +99,7 @@ std::string error_json(int status, const std::string& type, const std::string& m
     if (c == '"' || c == '\\') escaped += '\\';
     escaped += c;
   }
-  return fmt::format(R"({{"error":{{"message":"{}","type":"{}","param":null,"code":{}}}}})", escaped, type, status);
+  return fmt::format(R"({{"error":{{"message":"{}","type":"{}","param":null,"code":null}}}})", escaped, type);
 }
 
 }  // namespace
@@ -249,7 +250,7 @@ class Session : public std::enable_shared_from_this<Session> {
     phase_ = Phase::kHandling;
     HttpResponse r;
     r.status = status;
-    r.body = error_json(status, type, message);
+    r.body = error_json(type, message);
     deliver_send(seq_, std::move(r));
   }
 
@@ -269,7 +270,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!started_) {
         HttpResponse r;
         r.status = 500;
-        r.body = error_json(500, "InternalServerError", e.what());
+        r.body = error_json("InternalServerError", e.what());
         deliver_send(seq_, std::move(r));
       }
     }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <ctime>
 #include <random>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -42,7 +43,7 @@ HttpResponse error_response(int status, const std::string& message, const std::s
   return json_response(status, error_object(status, message, param));
 }
 
-HttpResponse openai_error(const ApiError& e) { return error_response(e.status(), e.what(), e.param()); }
+HttpResponse openai_error(const ApiError& e) { return json_response(e.status(), error_object(e)); }
 
 // Compares without an early exit, so the time taken does not reveal how much matched.
 bool constant_time_equal(const std::string& a, const std::string& b) {
@@ -54,6 +55,27 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
     diff |= static_cast<unsigned>(x ^ y);
   }
   return diff == 0;
+}
+
+// "%2F" -> "/": a model id such as org/name may arrive encoded in a path.
+std::string percent_decode(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
 }
 
 double finite_logprob(float v) { return std::isfinite(v) ? double(v) : -9999.0; }
@@ -87,11 +109,12 @@ std::vector<int32_t> parse_token_ids(const json& arr, const char* param, int voc
   std::vector<int32_t> ids;
   ids.reserve(arr.size());
   for (const auto& x : arr) {
-    if (!x.is_number_integer()) throw ApiError(400, fmt::format("'{}' token ids must be integers", param), param);
+    if (!x.is_number_integer())
+      throw ApiError(400, fmt::format("'{}' token ids must be integers", param), param, error_code::kInvalidType);
     // Compared as sent (x.dump()): an id past int64 must not wrap into the vocabulary.
     if (x.is_number_unsigned() ? x.get<uint64_t>() >= uint64_t(vocab) : (x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab))
       throw ApiError(400, fmt::format("token id {} in '{}' is outside the vocabulary [0, {})", x.dump(), param, vocab),
-                     param);
+                     param, error_code::kInvalidValue);
     ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
   }
   return ids;
@@ -351,7 +374,7 @@ class GenerationJob : public StreamConsumer, public TrackedJob, public std::enab
       if (sreq.options.sampling.logprobs >= 0) {
         ojson content = ojson::array();
         for (const auto& lp : ev.logprobs) content.push_back(chat_logprob_entry(lp));
-        choice["logprobs"] = ojson{{"content", content}};
+        choice["logprobs"] = ojson{{"content", content}, {"refusal", nullptr}};
       } else {
         choice["logprobs"] = nullptr;
       }
@@ -444,12 +467,16 @@ class GenerationJob : public StreamConsumer, public TrackedJob, public std::enab
         Choice& c = choices[si * n + i];
         const int index = static_cast<int>(si * n + i);
         if (kind == Endpoint::kChat) {
-          ojson msg{{"role", "assistant"}, {"content", chat_echo + c.text}, {"tool_calls", ojson::array()}};
+          // OpenAI requires `refusal` (null: halo never refuses); vLLM sends it too.
+          ojson msg{{"role", "assistant"},
+                    {"content", chat_echo + c.text},
+                    {"refusal", nullptr},
+                    {"tool_calls", ojson::array()}};
           ojson lp = nullptr;
           if (sreq.options.sampling.logprobs >= 0) {
             ojson content = ojson::array();
             for (const auto& l : c.logprobs) content.push_back(chat_logprob_entry(l));
-            lp = ojson{{"content", content}};
+            lp = ojson{{"content", content}, {"refusal", nullptr}};
           }
           arr.push_back(ojson{{"index", index},
                               {"message", msg},
@@ -553,15 +580,15 @@ std::shared_ptr<const ServedModel> OpenAIServer::find_model(const std::string* n
   for (const auto& r : refused_)
     if (r.name == *name)
       throw ApiError(404, fmt::format("The model `{}` does not exist. It was refused at load: {}", *name, r.reason),
-                     "model");
+                     "model", error_code::kModelNotFound);
   if (!ready_) throw ApiError(503, fmt::format("the model `{}` is not loaded yet", *name), "model");
-  throw ApiError(404, fmt::format("The model `{}` does not exist.", *name), "model");
+  throw ApiError(404, fmt::format("The model `{}` does not exist.", *name), "model", error_code::kModelNotFound);
 }
 
 std::shared_ptr<const ServedModel> OpenAIServer::request_model(const json& body) const {
   auto it = body.find("model");
   if (it == body.end() || it->is_null()) return find_model(nullptr);
-  if (!it->is_string()) throw ApiError(400, "'model' must be a string", "model");
+  if (!it->is_string()) throw ApiError(400, "'model' must be a string", "model", error_code::kInvalidType);
   return find_model(&it->get_ref<const std::string&>());
 }
 
@@ -591,7 +618,7 @@ void OpenAIServer::check_prompt_bytes(const ServedModel& m, size_t bytes, const 
                  fmt::format("the prompt is {} bytes, over the limit of {} bytes it is tokenized within (the model's "
                              "context is {} tokens; --max-prompt-bytes)",
                              bytes, limit, m.max_model_len),
-                 param);
+                 param, error_code::kContextLength);
 }
 
 void OpenAIServer::preprocess(const std::shared_ptr<Responder>& res, ErrorFormat format, std::function<void()> work) {
@@ -697,13 +724,19 @@ HttpResponse OpenAIServer::route(HttpRequest& req, const std::shared_ptr<Respond
   }
   static const char* const kRoutes[] = {"/v1/models", "/v1/completions", "/v1/chat/completions",
                                         "/v1/chat/completions/render", "/generate", "/tokenize", "/detokenize"};
-  if (std::find_if(std::begin(kRoutes), std::end(kRoutes), [&](const char* r) { return p == r; }) ==
-      std::end(kRoutes))
+  static constexpr std::string_view kModelPrefix = "/v1/models/";  // OpenAI's retrieve-model route
+  const bool one_model = p.size() > kModelPrefix.size() && p.starts_with(kModelPrefix);
+  if (!one_model &&
+      std::find_if(std::begin(kRoutes), std::end(kRoutes), [&](const char* r) { return p == r; }) == std::end(kRoutes))
     throw ApiError(404, fmt::format("Not Found: {} {}", m, p));
   check_auth(req);
   if (p == "/v1/models") {
     only("GET");
     return models();
+  }
+  if (one_model) {
+    only("GET");
+    return model(percent_decode(p.substr(kModelPrefix.size())));
   }
   only("POST");
   const bool generates = p == "/v1/completions" || p == "/v1/chat/completions" || p == "/generate";
@@ -737,22 +770,33 @@ HttpResponse OpenAIServer::health() {
   return r;
 }
 
+namespace {
+
+// OpenAI's Model (id, object, created, owned_by) and vLLM's extra fields.
+ojson model_card(const ServedModel& m, const std::string& name, int64_t created) {
+  return ojson{{"id", name},
+               {"object", "model"},
+               {"created", created},
+               {"owned_by", "halo"},
+               {"root", m.root},
+               {"parent", nullptr},
+               {"max_model_len", m.max_model_len},
+               {"permission", ojson::array()}};
+}
+
+}  // namespace
+
 HttpResponse OpenAIServer::models() {
   find_model(nullptr);  // 503 while nothing is loaded
   ojson data = ojson::array();
-  for (const auto& m : served_models()) {
-    for (const auto& name : m->names) {
-      data.push_back(ojson{{"id", name},
-                           {"object", "model"},
-                           {"created", created_},
-                           {"owned_by", "halo"},
-                           {"root", m->root},
-                           {"parent", nullptr},
-                           {"max_model_len", m->max_model_len},
-                           {"permission", ojson::array()}});
-    }
-  }
+  for (const auto& m : served_models())
+    for (const auto& name : m->names) data.push_back(model_card(*m, name, created_));
   return json_response(200, ojson{{"object", "list"}, {"data", data}});
+}
+
+HttpResponse OpenAIServer::model(const std::string& id) {
+  auto m = find_model(&id);  // 404 model_not_found, 503 while loading
+  return json_response(200, model_card(*m, id, created_));
 }
 
 namespace {
@@ -802,18 +846,19 @@ HttpResponse OpenAIServer::metrics() {
 
 std::string OpenAIServer::render_chat(const Model& m, Fields& f, bool& add_special, std::string* echo_prefix) const {
   const json* messages = f.get("messages");
-  if (!messages) throw ApiError(400, "'messages' is required", "messages");
+  if (!messages) throw ApiError(400, "'messages' is required", "messages", error_code::kMissingParameter);
   if (!messages->is_array() || messages->empty())
-    throw ApiError(400, "'messages' must be a non-empty list of messages", "messages");
+    throw ApiError(400, "'messages' must be a non-empty list of messages", "messages", error_code::kInvalidType);
   for (size_t i = 0; i < messages->size(); ++i) {
     const json& msg = (*messages)[i];
     if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
-      throw ApiError(400, fmt::format("messages[{}] must be an object with a string 'role'", i), "messages");
+      throw ApiError(400, fmt::format("messages[{}] must be an object with a string 'role'", i), "messages",
+                     error_code::kInvalidType);
     if (msg.contains("content")) {
       const json& c = msg["content"];
       if (!c.is_null() && !c.is_string() && !c.is_array())
         throw ApiError(400, fmt::format("messages[{}].content must be a string, a list of parts or null", i),
-                       "messages");
+                       "messages", error_code::kInvalidType);
     }
   }
   // A template from the request is code run on the server: vLLM's rule.
@@ -832,11 +877,13 @@ std::string OpenAIServer::render_chat(const Model& m, Fields& f, bool& add_speci
   }
   if (auto tc = f.get("tool_choice")) {
     if (!(tc->is_string() && (*tc == "none" || *tc == "auto")))
-      throw ApiError(400, "'tool_choice' other than \"none\" or \"auto\" is not supported by halo (no tool-call parsing)",
-                     "tool_choice");
+      throw ApiError(400,
+                     "'tool_choice' other than \"none\" or \"auto\" is not supported by halo (no tool-call parsing)",
+                     "tool_choice", error_code::kUnsupportedValue);
   }
   if (const json* kw = f.get("chat_template_kwargs")) {
-    if (!kw->is_object()) throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    if (!kw->is_object())
+      throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs", error_code::kInvalidType);
     rr.chat_template_kwargs = nlohmann::ordered_json::parse(kw->dump());
   }
   rr.continue_final_message = f.boolean("continue_final_message").value_or(false);
@@ -886,7 +933,8 @@ HttpResponse OpenAIServer::tokenize(const HttpRequest& req) {
     ids = m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos));
   } else {
     auto prompt = f.string("prompt");
-    if (!prompt) throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt");
+    if (!prompt)
+      throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt", error_code::kMissingParameter);
     check_prompt_bytes(m, prompt->size(), "prompt");
     ids = m.tokenizer().encode(*prompt, f.boolean("add_special_tokens").value_or(true));
   }
@@ -909,7 +957,8 @@ HttpResponse OpenAIServer::detokenize(const HttpRequest& req) {
   Fields f(body);
   f.touch("model");
   const json* toks = f.get("tokens");
-  if (!toks || !toks->is_array()) throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens");
+  if (!toks || !toks->is_array())
+    throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens", error_code::kMissingParameter);
   auto ids = parse_token_ids(*toks, "tokens", m.vocab_size);
   f.log_unknown("/detokenize");
   return json_response(200, ojson{{"prompt", m.tokenizer().decode(ids, false)}});
@@ -1031,7 +1080,7 @@ void truncate(std::vector<int32_t>& ids, std::optional<int> k, int max_model_len
     throw ApiError(400,
                    fmt::format("'truncate_prompt_tokens' ({}) must not exceed the maximum context length ({})", keep,
                                max_model_len),
-                   "truncate_prompt_tokens");
+                   "truncate_prompt_tokens", error_code::kInvalidValue);
   if (static_cast<int>(ids.size()) > keep) ids.erase(ids.begin(), ids.end() - keep);
 }
 
@@ -1049,12 +1098,13 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
   job->model_name = m.name();
   job->sreq = parse_sampling(f, Endpoint::kCompletions, m.defaults);
   if (const json* suffix = f.get("suffix"); suffix && !(suffix->is_string() && suffix->get<std::string>().empty()))
-    throw ApiError(400, "'suffix' is not supported by halo (no fill-in-the-middle)", "suffix");
+    throw ApiError(400, "'suffix' is not supported by halo (no fill-in-the-middle)", "suffix",
+                   error_code::kUnsupportedParameter);
   job->echo = f.boolean("echo").value_or(false);
   bool add_special = f.boolean("add_special_tokens").value_or(true);
 
   const json* pj = f.get("prompt");
-  if (!pj) throw ApiError(400, "'prompt' is required", "prompt");
+  if (!pj) throw ApiError(400, "'prompt' is required", "prompt", error_code::kMissingParameter);
   const char* shape =
       "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists";
   if (pj->is_string()) {
@@ -1064,27 +1114,28 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
     const json& first = (*pj)[0];
     if (first.is_string()) {
       for (const auto& x : *pj) {
-        if (!x.is_string()) throw ApiError(400, shape, "prompt");
+        if (!x.is_string()) throw ApiError(400, shape, "prompt", error_code::kInvalidType);
         job->prompts.push_back({x.get<std::string>(), true, {}});
       }
     } else if (first.is_number_integer()) {
       job->prompts.push_back({"", false, parse_token_ids(*pj, "prompt", m.vocab_size)});
     } else if (first.is_array()) {
       for (const auto& x : *pj) {
-        if (!x.is_array() || x.empty()) throw ApiError(400, shape, "prompt");
+        if (!x.is_array() || x.empty()) throw ApiError(400, shape, "prompt", error_code::kInvalidType);
         job->prompts.push_back({"", false, parse_token_ids(x, "prompt", m.vocab_size)});
       }
     } else {
-      throw ApiError(400, shape, "prompt");
+      throw ApiError(400, shape, "prompt", error_code::kInvalidType);
     }
   } else {
-    throw ApiError(400, shape, "prompt");
+    throw ApiError(400, shape, "prompt", error_code::kInvalidType);
   }
-  if (job->prompts.size() > 1024) throw ApiError(400, "'prompt' holds more than 1024 prompts", "prompt");
+  if (job->prompts.size() > 1024)
+    throw ApiError(400, "'prompt' holds more than 1024 prompts", "prompt", error_code::kInvalidValue);
   for (const auto& p : job->prompts) check_prompt_bytes(m, p.text.size(), "prompt");  // all before any is tokenized
   for (auto& p : job->prompts) {
     if (p.from_text) p.ids = m.tokenizer().encode(p.text, add_special);
-    if (p.ids.empty()) throw ApiError(400, "the prompt is empty", "prompt");
+    if (p.ids.empty()) throw ApiError(400, "the prompt is empty", "prompt", error_code::kInvalidValue);
     truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
   }
   auto& s = job->sreq.options.sampling;
@@ -1098,7 +1149,7 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
   s.max_tokens = max_tokens;
   if (s.min_tokens > s.max_tokens)
     throw ApiError(400, fmt::format("'min_tokens' ({}) must not exceed 'max_tokens' ({})", s.min_tokens, s.max_tokens),
-                   "min_tokens");
+                   "min_tokens", error_code::kInvalidValue);
   job->n = job->sreq.options.n;
   f.log_unknown("/v1/completions");
   start_job(job, res);
@@ -1124,7 +1175,7 @@ void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>
                                     m.defaults.generation);
   if (s.min_tokens > s.max_tokens)
     throw ApiError(400, fmt::format("'min_tokens' ({}) must not exceed 'max_tokens' ({})", s.min_tokens, s.max_tokens),
-                   "min_tokens");
+                   "min_tokens", error_code::kInvalidValue);
   job->want_prompt_logprobs = s.prompt_logprobs >= 0;
   job->prompts.push_back(std::move(p));
   job->n = job->sreq.options.n;
@@ -1143,10 +1194,11 @@ void OpenAIServer::generate(const HttpRequest& req, const std::shared_ptr<Respon
   job->id = random_id("generate-");
   job->model_name = m.name();
   if (f.get("logprobs") || f.get("prompt_logprobs"))
-    throw ApiError(400, "/generate returns only text: use /v1/completions for logprobs", "logprobs");
+    throw ApiError(400, "/generate returns only text: use /v1/completions for logprobs", "logprobs",
+                   error_code::kUnsupportedParameter);
   job->sreq = parse_sampling(f, Endpoint::kGenerate, m.defaults);
   auto prompt = f.string("prompt");
-  if (!prompt) throw ApiError(400, "'prompt' (a string) is required", "prompt");
+  if (!prompt) throw ApiError(400, "'prompt' (a string) is required", "prompt", error_code::kMissingParameter);
   check_prompt_bytes(m, prompt->size(), "prompt");
   PromptInput p{*prompt, true, m.tokenizer().encode(*prompt, true)};
   truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
@@ -1155,7 +1207,7 @@ void OpenAIServer::generate(const HttpRequest& req, const std::shared_ptr<Respon
                                     m.defaults.generation);
   if (s.min_tokens > s.max_tokens)
     throw ApiError(400, fmt::format("'min_tokens' ({}) must not exceed 'max_tokens' ({})", s.min_tokens, s.max_tokens),
-                   "min_tokens");
+                   "min_tokens", error_code::kInvalidValue);
   job->prompts.push_back(std::move(p));
   job->n = job->sreq.options.n;
   f.log_unknown("/generate");

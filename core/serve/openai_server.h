@@ -112,6 +112,7 @@ class OpenAIServer {
   std::shared_ptr<const Model> request_model(const json& body) const;  // by its "model" field
 
   HttpResponse models();
+  HttpResponse model(const std::string& id);  // GET /v1/models/{id}
   HttpResponse health();
   HttpResponse metrics();
   HttpResponse tokenize(const HttpRequest& req);

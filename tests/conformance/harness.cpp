@@ -63,25 +63,7 @@ bool testing_reference() {
   return r != nullptr && r->handle == plugin().handle;
 }
 
-const char* code_name(halo_status_code code) {
-  switch (code) {
-    case HALO_STATUS_OK:
-      return "OK";
-    case HALO_STATUS_INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case HALO_STATUS_OUT_OF_RANGE:
-      return "OUT_OF_RANGE";
-    case HALO_STATUS_OUT_OF_MEMORY:
-      return "OUT_OF_MEMORY";
-    case HALO_STATUS_UNIMPLEMENTED:
-      return "UNIMPLEMENTED";
-    case HALO_STATUS_FAILED_PRECONDITION:
-      return "FAILED_PRECONDITION";
-    case HALO_STATUS_INTERNAL:
-      return "INTERNAL";
-  }
-  return "UNKNOWN_CODE";
-}
+const char* code_name(halo_status_code code) { return halo_status_name(code); }
 
 std::string describe(const Status& s) {
   return std::string(code_name(s.code)) + (s.message.empty() ? "" : ": " + s.message);
@@ -476,7 +458,8 @@ std::optional<Session> make_session(const Lib& lib, int index, const Model& m,
                      settings().prepare_options.end());
   }
   // The CPU plugin serves as the reference through its reference kernels
-  // (prepare option kernels=reference; other plugins ignore unknown keys).
+  // (its prepare option kernels=reference), passed to the reference only:
+  // plugins refuse options they do not take (ABI v1.3).
   if (reference() != nullptr && &lib == reference()) prep_opts.push_back({"kernels", "reference"});
   Session s;
   s.lib = &lib;

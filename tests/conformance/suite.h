@@ -29,6 +29,7 @@ namespace conf {
 #define CONTRACT_PADDING "[contract: limits - batches smaller than the limits are correct]"
 #define CONTRACT_TP "[contract: tensor parallel equals one chip]"
 #define CONTRACT_LIFETIME "[contract: lifetime]"
+#define CONTRACT_OPTIONS "[contract: unknown options are refused, naming them (v1.3)]"
 
 class Conformance : public testing::Test {
  protected:

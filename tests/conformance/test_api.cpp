@@ -71,6 +71,32 @@ namespace {
 constexpr auto INVALID = HALO_STATUS_INVALID_ARGUMENT;
 constexpr auto RANGE = HALO_STATUS_OUT_OF_RANGE;
 
+// ================================================================== options
+
+// ABI v1.3: each of device_open, prepare and compile refuses a key the plugin
+// does not take, naming it, so a misspelt option never silently becomes a
+// default. (The core hands device_open and prepare one list, so a plugin
+// accepts at each the keys it takes at either; this key it takes nowhere.)
+TEST_F(Conformance, OptionsUnknownRefused) {
+  if (api()->abi_minor < 3)
+    GTEST_SKIP() << "the plugin speaks ABI v1." << api()->abi_minor << ": before v1.3 unknown options may be ignored";
+  const std::string key = "halo_conformance_no_such_option";
+  auto with = [&](bool device, bool prepare, bool compile) {
+    return [=] {
+      SessionOptions o;
+      if (device) o.device_options = {{key, "1"}};
+      if (prepare) o.prepare_options = {{key, "1"}};
+      if (compile) o.compile_options = {{key, "1"}};
+      Status st;
+      return make_session(plugin(), settings().device, tiny_model(), o, &st) ? Status{} : st;
+    };
+  };
+  expect_error("device_open(options={" + key + "=1})", with(true, false, false), {INVALID}, key, CONTRACT_OPTIONS);
+  expect_error("prepare(options={" + key + "=1})", with(false, true, false), {INVALID}, key, CONTRACT_OPTIONS);
+  if (uses_compile())
+    expect_error("compile(options={" + key + "=1})", with(false, false, true), {INVALID}, key, CONTRACT_OPTIONS);
+}
+
 // ================================================================== exports
 
 TEST_F(Conformance, ExportsEntrySymbolAndTable) {
@@ -514,12 +540,7 @@ TEST_F(Conformance, ErrorsDeviceCalls) {
     if (s.ok()) api()->device_destroy(a.device);
     return s;
   }, {INVALID}, "options");
-  // Unknown option keys are ignored.
-  Status st;
-  OptionList opts = settings().device_options;
-  opts.emplace_back("halo.conformance.unknown-key", "1");
-  DevicePtr d = open_device(plugin(), dev(), opts, &st);
-  EXPECT_TRUE(d) << "device_open must ignore unknown option keys: " << describe(st) << " " CONTRACT_ERRORS;
+  // Unknown option keys: ignored before v1.3, refused since (OptionsUnknownRefused).
 }
 
 TEST_F(Conformance, ErrorsPrepare) {
@@ -634,6 +655,16 @@ TEST_F(Conformance, ErrorsKvCache) {
   expect_error("kv_cache_copy_blocks(num_pairs=-1)", copy({0}, {1}, -1, false), {INVALID}, "num_pairs");
   expect_error("kv_cache_copy_blocks(src_blocks[0]=num_blocks)", copy({nb}, {1}, 1, false), {RANGE}, "src_blocks");
   expect_error("kv_cache_copy_blocks(dst_blocks[1]=-1)", copy({0, 1}, {2, -1}, 2, false), {RANGE}, "dst_blocks");
+  // v1.3 states what was left open before: a list whose result depends on the
+  // copy order (a block onto itself, a destination twice, a destination that
+  // is also a source) is refused.
+  if (api()->abi_minor >= 3 && nb >= 3) {
+    expect_error("kv_cache_copy_blocks(block 1 onto itself)", copy({1}, {1}, 1, false), {INVALID}, "dst_blocks");
+    expect_error("kv_cache_copy_blocks(destination 2 twice)", copy({0, 1}, {2, 2}, 2, false), {INVALID},
+                 "dst_blocks");
+    expect_error("kv_cache_copy_blocks(destination 1 is also a source)", copy({0, 1}, {1, 2}, 2, false), {INVALID},
+                 "dst_blocks");
+  }
   // num_pairs = 0 is a valid no-op.
   const Status ok = copy({}, {}, 0, false)();
   EXPECT_TRUE(ok.ok()) << "kv_cache_copy_blocks(num_pairs=0) must succeed: " << describe(ok) << " " CONTRACT_ERRORS;
@@ -1054,6 +1085,28 @@ TEST_F(Conformance, LifetimeSiblingsInAnyOrder) {
   EXPECT_EQ(compare_rows(smoke(*a, 11, &s3), want, 1e-5), "")
       << "destroying a sibling executable disturbed another " CONTRACT_LIFETIME;
   ASSERT_TRUE(s3.ok()) << describe(s3) << " " CONTRACT_LIFETIME;
+}
+
+TEST_F(Conformance, LifetimeDestroyNull) {
+  // Every *_destroy takes NULL as a no-op, and error_code / error_message
+  // answer NULL (the header's lifetime rules), so a caller's cleanup path
+  // need not test each handle.
+  const halo_plugin_api* a = api();
+  const Outcome o = isolated([a] {
+    a->error_destroy(nullptr);
+    a->kv_cache_destroy(nullptr);
+    a->executable_destroy(nullptr);
+    a->device_destroy(nullptr);
+    if (a->buffer_destroy) a->buffer_destroy(nullptr);
+    if (a->error_code(nullptr) != HALO_STATUS_OK)
+      return Status{HALO_STATUS_INTERNAL, "error_code(NULL) is not HALO_STATUS_OK"};
+    const char* m = a->error_message(nullptr);
+    if (m == nullptr || *m != '\0') return Status{HALO_STATUS_INTERNAL, "error_message(NULL) is not \"\""};
+    return Status{};
+  });
+  EXPECT_FALSE(o.crashed) << "a *_destroy(NULL): " << o.crash << " " CONTRACT_LIFETIME;
+  EXPECT_FALSE(o.threw) << CONTRACT_NO_EXCEPTION;
+  EXPECT_TRUE(o.crashed || o.threw || o.status.ok()) << describe(o.status) << " " CONTRACT_LIFETIME;
 }
 
 TEST_F(Conformance, LifetimeParentsBeforeChildren) {

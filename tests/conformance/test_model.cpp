@@ -240,6 +240,50 @@ TEST_F(Paging, CopyBlocksEqualsRecompute) {
       << "decoding on copied blocks differs from recomputing the prefix " CONTRACT_COPY;
 }
 
+// kv_cache_copy_blocks forks a sequence (one source to two destinations in one
+// call); the source and both forks then decode the same token, each in its own
+// step, and must give the same logits: the copy holds every layer's K and V,
+// and copying leaves the source intact.
+TEST_F(Paging, CopyBlocksForksDecodeAlike) {
+  const int bs = s_->limits.block_size;
+  int p = std::min(2 * bs + bs / 2 + 1, s_->limits.max_model_len - 2);
+  if (!(s_->limits.capabilities & HALO_CAP_CHUNKED_PREFILL)) p = std::min(p, s_->limits.max_num_batched_tokens - 1);
+  ASSERT_GT(p, 0);
+  BlockPool pool(s_->num_blocks, 31);
+  Seq a;
+  a.tokens = random_tokens(p, s_->vocab, 41);
+  ASSERT_TRUE(pool.reserve(a, p, bs));
+  Status st = run_step(*s_, {{&a, p, false}}, nullptr);
+  ASSERT_TRUE(st.ok()) << describe(st);
+  Seq forks[2] = {a, a};
+  std::vector<int32_t> src, dst;
+  for (Seq& f : forks) {
+    f.blocks.clear();
+    ASSERT_TRUE(pool.reserve(f, p, bs)) << "KV cache too small";
+    src.insert(src.end(), a.blocks.begin(), a.blocks.end());
+    dst.insert(dst.end(), f.blocks.begin(), f.blocks.end());
+  }
+  halo_kv_cache_copy_blocks_args ca{};
+  ca.struct_size = sizeof ca;
+  ca.kv_cache = s_->kv.get();
+  ca.src_blocks = src.data();
+  ca.dst_blocks = dst.data();
+  ca.num_pairs = static_cast<int32_t>(src.size());
+  st = take(api(), api()->kv_cache_copy_blocks(&ca));
+  ASSERT_TRUE(st.ok()) << "kv_cache_copy_blocks, one source to two destinations: " << describe(st) << " " CONTRACT_COPY;
+  std::vector<std::vector<float>> rows[3];
+  Seq* seqs[3] = {&a, &forks[0], &forks[1]};
+  for (int i = 0; i < 3; ++i) {
+    seqs[i]->tokens.push_back(7);
+    ASSERT_TRUE(pool.reserve(*seqs[i], p + 1, bs)) << "KV cache too small";
+    st = run_step(*s_, {{seqs[i], 1}}, &rows[i]);
+    ASSERT_TRUE(st.ok()) << describe(st);
+  }
+  for (int i = 1; i < 3; ++i)
+    EXPECT_EQ(compare_rows(rows[i][0], rows[0][0], 1e-6), "")
+        << "fork " << i << " decodes differently from the sequence it was copied from " CONTRACT_COPY;
+}
+
 TEST_F(Paging, FreedBlocksReusedWithoutStaleState) {
   const int bs = s_->limits.block_size;
   const int long_len = std::min(4 * bs + 3, s_->limits.max_model_len - 1);

@@ -108,8 +108,8 @@ TEST(CpuPluginDevice, PropertiesHonourSmallerStructSize) {
 TEST(CpuPluginDevice, OpenWithThreadsOption) {
   for (const char* t : {"1", "2", "3"}) {
     halo_option o{"threads", t};
-    halo_option unknown{"no-such-key", "x"};
-    halo_option opts[2] = {unknown, o};
+    halo_option for_prepare{"kernels", "reference"};  // prepare's key: accepted, unread
+    halo_option opts[2] = {for_prepare, o};
     halo_device_open_args a{};
     a.struct_size = sizeof a;
     a.options = opts;
@@ -118,6 +118,13 @@ TEST(CpuPluginDevice, OpenWithThreadsOption) {
     ASSERT_NE(a.device, nullptr);
     api()->device_destroy(a.device);
   }
+  // ABI v1.3: a key the plugin takes nowhere is refused by name.
+  halo_option opts[2] = {{"no-such-key", "x"}, {"threads", "1"}};
+  halo_device_open_args a{};
+  a.struct_size = sizeof a;
+  a.options = opts;
+  a.num_options = 2;
+  EXPECT_STATUS(api()->device_open(&a), HALO_STATUS_INVALID_ARGUMENT, "unknown option 'no-such-key'");
 }
 
 // ----------------------------------------------------------------- errors
@@ -866,6 +873,33 @@ TEST(Numerics, OneDnnMatmulBackend) {
   auto halo_rows = run_short(m, {}, &r, &why);
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_LT(rel_err(got[i], halo_rows[i]), 1e-3) << "row " << i;
+}
+
+// kernels and matmul are prepare options; the environment variables are only
+// their defaults (the option wins). Bad values and unknown keys are refused by
+// name (ABI v1.3).
+TEST(Numerics, KernelAndMatmulOptions) {
+  KernelPath fast("fast");  // the environment says fast; the option must win
+  Config c = paging_cfg();
+  TestModel m(c);
+  std::string why;
+  Runner* r = nullptr;
+  const auto by_option = run_short(m, {{"kernels", "reference"}}, &r, &why);
+  ASSERT_FALSE(by_option.empty()) << why;
+  std::vector<std::vector<float>> by_env;
+  {
+    KernelPath reference("reference");
+    by_env = run_short(m, {}, &r, &why);
+  }
+  EXPECT_EQ(by_option, by_env) << "kernels=reference did not select the reference kernels";
+  auto refused = [&](std::vector<halo_option> opts, std::initializer_list<const char*> words) {
+    EXPECT_TRUE(run_short(m, std::move(opts), &r, &why).empty());
+    EXPECT_EQ(r->prepare_status.code, HALO_STATUS_INVALID_ARGUMENT) << why;
+    for (const char* w : words) EXPECT_NE(why.find(w), std::string::npos) << "'" << w << "' not in: " << why;
+  };
+  refused({{"kernels", "fastest"}}, {"option kernels", "fastest", "fast, reference"});
+  refused({{"matmul", "mkl"}}, {"option matmul", "mkl", "halo, onednn"});
+  refused({{"kernel", "fast"}}, {"unknown option 'kernel'", "known: kernels, matmul, dtype, threads"});
 }
 
 TEST(Numerics, PositionsFeedRope) {

@@ -121,7 +121,7 @@ TEST(HttpServer, BodyOverTheLimitIs413AndTheConnectionCloses) {
   c.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + std::string(5000, 'a'));
   std::string r = c.read_until("\r\n\r\n\r\n");
   EXPECT_EQ(r.rfind("HTTP/1.1 413", 0), 0u) << r;
-  EXPECT_NE(r.find("\"code\":413"), std::string::npos) << r;
+  EXPECT_NE(r.find("\"code\":null"), std::string::npos) << r;  // OpenAI: a string or null, never the status
   EXPECT_TRUE(c.eof());
 }
 
@@ -470,7 +470,61 @@ TEST(ApiErrors, ContextMessageIsVllms) {
             "This model's maximum context length is 512 tokens. However, you requested 520 tokens (500 in the "
             "messages, 20 in the completion). Please reduce the length of the messages or completion.");
   auto e = error_object(429, "slow down");
-  EXPECT_EQ(dump(e), R"({"error":{"message":"slow down","type":"RateLimitError","param":null,"code":429}})");
+  EXPECT_EQ(dump(e),
+            R"({"error":{"message":"slow down","type":"RateLimitError","param":null,"code":"rate_limit_exceeded"}})");
+}
+
+// OpenAI's Error: `code` is a string or null, never the HTTP status.
+TEST(ApiErrors, CodesAreOpenAIsStrings) {
+  EXPECT_EQ(ApiError(400, "x").code(), "invalid_request_error");
+  EXPECT_EQ(ApiError(401, "x").code(), "invalid_api_key");
+  EXPECT_EQ(ApiError(429, "x").code(), "rate_limit_exceeded");
+  EXPECT_EQ(ApiError(404, "x").code(), std::nullopt);  // an unknown route: null, as OpenAI sends
+  EXPECT_EQ(ApiError(500, "x").code(), std::nullopt);
+  EXPECT_EQ(ApiError(503, "x").code(), std::nullopt);
+  EXPECT_EQ(ApiError(404, "x", "model", error_code::kModelNotFound).code(), "model_not_found");
+  EXPECT_EQ(ApiError(400, "x", {}, "").code(), std::nullopt);  // "" is an explicit null
+  EXPECT_EQ(dump(error_object(ApiError(404, "gone", "model", error_code::kModelNotFound))),
+            R"({"error":{"message":"gone","type":"NotFoundError","param":"model","code":"model_not_found"}})");
+  EXPECT_EQ(dump(error_object(503, "later")),
+            R"({"error":{"message":"later","type":"ServiceUnavailableError","param":null,"code":null}})");
+  // The codes reach every frontend through the one mapping.
+  auto code_of = [](auto thrower) {
+    try {
+      thrower();
+    } catch (...) {
+      return to_api_error(std::current_exception()).code();
+    }
+    return std::optional<std::string>("nothing thrown");
+  };
+  SamplingDefaults d;
+  d.vocab_size = 100;
+  EXPECT_EQ(code_of([&] {
+              json j = json::parse(R"({"n": "two"})");
+              Fields f(j);
+              parse_sampling(f, Endpoint::kCompletions, d);
+            }),
+            "invalid_type");
+  EXPECT_EQ(code_of([&] {
+              json j = json::parse(R"({"temperature": -1})");
+              Fields f(j);
+              parse_sampling(f, Endpoint::kCompletions, d);
+            }),
+            "invalid_value");
+  EXPECT_EQ(code_of([&] {
+              json j = json::parse(R"({"logit_bias": {"1": 2}})");
+              Fields f(j);
+              parse_sampling(f, Endpoint::kCompletions, d);
+            }),
+            "unsupported_parameter");
+  EXPECT_EQ(code_of([&] {
+              SamplingRequest s;
+              s.max_tokens = 100;
+              resolve_max_tokens(s, Endpoint::kChat, 500, 512, {});
+            }),
+            "context_length_exceeded");
+  EXPECT_EQ(code_of([] { throw Error("engine said no"); }), "invalid_request_error");
+  EXPECT_EQ(code_of([] { throw std::runtime_error("bug"); }), std::nullopt);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 /* halo device plugin ABI, version 1.3. Minor versions only append:
  *  1.1: compile, device_get_stats, halo_model_spec.compiled_model_dir / compiled_target;
  *  1.2: halo_limits.kv_cache_dtype;
- *  1.3: halo_limits.compute_dtype.
+ *  1.3: halo_limits.compute_dtype; status codes DEVICE_LOST, UNAVAILABLE,
+ *       DEADLINE_EXCEEDED; unknown options are refused (halo_option).
  *
  * A device plugin is a shared library that exports one symbol,
  *
@@ -16,9 +17,10 @@
  *    sets it to sizeof() of the struct it was compiled against; the callee
  *    reads and writes only fields that lie inside both its own and the
  *    caller's size, so an older caller works with a newer plugin and back.
- *  - Within a major version fields and table entries are only appended (minor
- *    bump). Anything else is a new major version; the core refuses a plugin
- *    whose major differs from its own.
+ *  - Within a major version fields, table entries and enum values are only
+ *    appended (minor bump); existing values never change. Anything else is a
+ *    new major version; the core refuses a plugin whose major differs from
+ *    its own.
  *  - Every call returns NULL on success or a halo_error* the caller owns and
  *    releases with error_destroy. No C++ exception ever crosses this boundary.
  *  - Tensors are DLPack DLTensor (Debian's dlpack 0.6). A `const DLTensor*`
@@ -26,6 +28,71 @@
  *    otherwise.
  *  - Objects a plugin creates are destroyed by the matching *_destroy call. A
  *    plugin is never unloaded while anything it made is alive.
+ *
+ * Required and optional table entries (a NULL entry = "not implemented"):
+ *  - v1.0, required (the core refuses to load a plugin with any of them NULL):
+ *    error_code, error_message, error_destroy, device_count,
+ *    device_get_properties, device_open, device_destroy, prepare,
+ *    executable_destroy, kv_cache_create, kv_cache_copy_blocks,
+ *    kv_cache_destroy, execute.
+ *  - v1.0, optional as a group: buffer_from_host, buffer_to_host,
+ *    buffer_destroy -- all three set if and only if the device claims
+ *    HALO_CAP_BUFFERS, else all NULL.
+ *  - v1.1, optional: compile (required in practice by a device claiming
+ *    HALO_CAP_STATIC_SHAPES that cannot prepare raw weights), device_get_stats.
+ *    A caller checks the table's struct_size reaches the entry before reading
+ *    it, then that it is not NULL.
+ *  - v1.2, v1.3: no new entries (fields and codes only).
+ *
+ * Threads. The core's calling pattern, which a plugin may rely on:
+ *  - error_code, error_message, error_destroy, device_count,
+ *    device_get_properties and device_get_stats may be called from any thread
+ *    at any time, concurrently with each other and with any call below. compile
+ *    may run concurrently with calls on opened devices.
+ *  - Distinct object trees (a device handle and the executables, KV caches and
+ *    buffers made from it) may be used concurrently from different threads:
+ *    each served model has its own engine thread, and two device_open calls
+ *    on the same device_index give two trees. A plugin whose trees share
+ *    hardware or state serializes inside.
+ *  - Within one tree the core makes one call at a time: execute,
+ *    kv_cache_copy_blocks, kv_cache_create, prepare and the destroys of that
+ *    tree never overlap. The calls of a tree may come from different threads
+ *    over its life (built on a loader thread, stepped on the engine thread),
+ *    so a plugin keeps no per-thread state. Calls return when their work is
+ *    done (execute: the logits are written); the plugin never calls back.
+ *
+ * Lifetimes and destruction. The core destroys children before parents:
+ * buffers and KV caches, then their executable, then the device, and unloads
+ * the library last. A plugin must nevertheless survive any order (a device
+ * destroyed while its executables live; each *_destroy frees only its own
+ * object). Every *_destroy and error_destroy accepts NULL as a no-op;
+ * error_code(NULL) is HALO_STATUS_OK and error_message(NULL) is "". Every
+ * other entry given a NULL args pointer, or NULL for a handle it needs,
+ * returns INVALID_ARGUMENT. Objects stay destroyable after any error,
+ * including DEVICE_LOST.
+ *
+ * A failed call. Every entry either succeeds or returns an error; on error
+ * its out fields are unspecified and the caller owns nothing new.
+ *  - Refused arguments (INVALID_ARGUMENT, OUT_OF_RANGE, UNIMPLEMENTED,
+ *    FAILED_PRECONDITION): checked before any work, so the call had no effect.
+ *    An execute refused this way left the KV cache unchanged.
+ *  - execute failing while it runs (OUT_OF_MEMORY, INTERNAL,
+ *    DEADLINE_EXCEEDED, UNAVAILABLE): the slots this step was to write
+ *    (its slot_mapping) hold undefined values; every other slot of the cache
+ *    keeps its contents; the logits are undefined. The executable and the
+ *    cache remain usable.
+ *  - DEVICE_LOST: the device and everything made from it are unusable; every
+ *    later call on them returns DEVICE_LOST (never hangs, never crashes) until
+ *    they are destroyed. A new device_open may succeed once the device is back.
+ *  What the core does today: it does not distinguish the codes. Any error of a
+ *  step (execute) ends every request in flight on that engine with the error's
+ *  message, marks the engine unhealthy for good (/health and KServe ready answer
+ *  503) and frees the requests' blocks without reading them again (blocks are
+ *  entered in the prefix cache only after their step succeeded); the engine
+ *  keeps its objects and runs later requests on them, which fail in turn if the
+ *  device is gone. Offline runs (halo generate, bench) stop with the error. An
+ *  error while loading (device_open, prepare, kv_cache_create) refuses the model.
+ *  kv_cache_copy_blocks is not called by the engine yet.
  */
 #ifndef HALO_DEVICE_ABI_H_
 #define HALO_DEVICE_ABI_H_
@@ -66,7 +133,34 @@ typedef enum halo_status_code {
   HALO_STATUS_UNIMPLEMENTED = 4,    /* the plugin does not support this request */
   HALO_STATUS_FAILED_PRECONDITION = 5, /* a call made in the wrong state */
   HALO_STATUS_INTERNAL = 6,         /* anything else that went wrong inside */
+  /* v1.3. A plugin older than v1.3 reports these conditions as INTERNAL; a
+   * caller older than v1.3 must treat an unknown code as INTERNAL. */
+  HALO_STATUS_DEVICE_LOST = 7,      /* the device failed (chip fault, reset, driver gone): its
+                                     * objects are unusable, see "A failed call" above */
+  HALO_STATUS_UNAVAILABLE = 8,      /* the device cannot take the work now (busy, held by another
+                                     * process, resetting); nothing was done, a retry may succeed */
+  HALO_STATUS_DEADLINE_EXCEEDED = 9, /* the device did not finish within its deadline (a command
+                                      * timeout); the step's slots are undefined. A plugin that
+                                      * then considers the device hung answers later calls with
+                                      * DEVICE_LOST */
 } halo_status_code;
+
+/* Name of a halo_status_code for messages ("OK", "INVALID_ARGUMENT", ...). */
+static inline const char* halo_status_name(int32_t code) {
+  switch (code) {
+    case HALO_STATUS_OK: return "OK";
+    case HALO_STATUS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case HALO_STATUS_OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case HALO_STATUS_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
+    case HALO_STATUS_UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case HALO_STATUS_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case HALO_STATUS_INTERNAL: return "INTERNAL";
+    case HALO_STATUS_DEVICE_LOST: return "DEVICE_LOST";
+    case HALO_STATUS_UNAVAILABLE: return "UNAVAILABLE";
+    case HALO_STATUS_DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    default: return "UNKNOWN";
+  }
+}
 
 /* Opaque error object: a code and a message. Owned by the caller. */
 typedef struct halo_error halo_error;
@@ -122,7 +216,14 @@ typedef struct halo_device_get_properties_args {
   halo_device_properties* properties; /* out: caller sets its struct_size */
 } halo_device_get_properties_args;
 
-/* A string option, e.g. {"threads", "2"}. Unknown keys are ignored. */
+/* A string option, e.g. {"threads", "2"}. Keys are plugin specific. The core
+ * hands one list to both device_open and prepare (compile gets its own), so a
+ * plugin accepts at each of those two calls every key it takes at either, and
+ * reads each where it applies; a later duplicate key wins. Since v1.3 each of
+ * device_open, prepare and compile refuses a key the plugin does not take at
+ * all with INVALID_ARGUMENT naming it (a misspelt option must not silently
+ * become a default); a v1.2 plugin may ignore it.
+ * The core passes only what the user set (e.g. "threads" only with --threads). */
 typedef struct halo_option {
   const char* key;
   const char* value;
@@ -303,7 +404,12 @@ typedef struct halo_kv_cache_create_args {
 } halo_kv_cache_create_args;
 
 /* Copies whole blocks: after the call block dst[i] holds what src[i] held,
- * for every layer. Used for copy-on-write of shared prefixes. */
+ * for every layer. Used for copy-on-write of shared prefixes. One source may
+ * go to several destinations; a destination appears once and is never also a
+ * source (src[i] == dst[i] included): such a list, whose result would depend
+ * on the copy order, is refused with INVALID_ARGUMENT; an index outside
+ * [0, num_blocks) with OUT_OF_RANGE; either before anything is copied.
+ * num_pairs = 0 is a no-op. */
 typedef struct halo_kv_cache_copy_blocks_args {
   size_t struct_size;
   halo_kv_cache* kv_cache;
@@ -415,30 +521,30 @@ typedef struct halo_plugin_api {
   const char* plugin_name;    /* e.g. "cpu" */
   const char* plugin_version; /* free text */
 
-  /* Errors. */
+  /* Errors (required; each accepts NULL). */
   halo_status_code (*error_code)(const halo_error* error);
   const char* (*error_message)(const halo_error* error); /* valid until destroyed */
   void (*error_destroy)(halo_error* error);
 
-  /* Devices. */
+  /* Devices (required). */
   halo_error* (*device_count)(halo_device_count_args* args);
   halo_error* (*device_get_properties)(halo_device_get_properties_args* args);
   halo_error* (*device_open)(halo_device_open_args* args);
   void (*device_destroy)(halo_device* device);
 
-  /* Models. */
+  /* Models (required). */
   halo_error* (*prepare)(halo_prepare_args* args);
   void (*executable_destroy)(halo_executable* executable);
 
-  /* KV cache. */
+  /* KV cache (required, copy_blocks included). */
   halo_error* (*kv_cache_create)(halo_kv_cache_create_args* args);
   halo_error* (*kv_cache_copy_blocks)(halo_kv_cache_copy_blocks_args* args);
   void (*kv_cache_destroy)(halo_kv_cache* kv_cache);
 
-  /* Steps. */
+  /* Steps (required). */
   halo_error* (*execute)(halo_execute_args* args);
 
-  /* Buffers (HALO_CAP_BUFFERS; NULL otherwise). */
+  /* Buffers (all three with HALO_CAP_BUFFERS; all NULL otherwise). */
   halo_error* (*buffer_from_host)(halo_buffer_from_host_args* args);
   halo_error* (*buffer_to_host)(halo_buffer_to_host_args* args);
   void (*buffer_destroy)(halo_buffer* buffer);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -91,6 +92,23 @@ void check_args(const T* args, const char* name, size_t v10_size = sizeof(T)) {
   if (args == nullptr) invalid(name, " is NULL");
   if (args->struct_size < v10_size)
     invalid(name, "->struct_size=", args->struct_size, " is smaller than the v1.0 size ", v10_size);
+}
+
+// Options: this plugin takes none; list your device's keys in kOptionKeys
+// (those of device_open and prepare together: the core hands both calls one
+// list, so each accepts the other's keys). A key not listed is refused, naming
+// it (ABI v1.3), so a misspelt option never silently becomes a default.
+constexpr std::array<std::string_view, 0> kOptionKeys{};
+
+void check_options(const halo_option* options, size_t n) {
+  if (n > 0 && options == nullptr) invalid("options=NULL with num_options=", n);
+  std::string known;
+  for (std::string_view k : kOptionKeys) known += (known.empty() ? "" : ", ") + std::string(k);
+  for (size_t i = 0; i < n; ++i) {
+    if (options[i].key == nullptr) invalid("options[", i, "].key is NULL");
+    if (std::find(kOptionKeys.begin(), kOptionKeys.end(), options[i].key) == kOptionKeys.end())
+      invalid("unknown option '", options[i].key, "' (known: ", known.empty() ? "none" : known, ")");
+  }
 }
 
 uint64_t host_memory(int what) {
@@ -190,11 +208,7 @@ halo_error* device_open(halo_device_open_args* args) {
   return guard("device_open", [&] {
     check_args(args, "args");
     check_index(args->device_index);
-    if (args->num_options > 0 && args->options == nullptr)
-      invalid("options=NULL with num_options=", args->num_options);
-    for (size_t i = 0; i < args->num_options; ++i)
-      if (args->options[i].key == nullptr)
-        invalid("options[", i, "].key is NULL");  // unknown keys: ignored
+    check_options(args->options, args->num_options);
     args->device = new halo_device{args->device_index};
   });
 }
@@ -344,8 +358,7 @@ halo_error* prepare(halo_prepare_args* args) {
     validate_spec(args->spec);
     // halo_limits grew in v1.2 (kv_cache_dtype) and v1.3 (compute_dtype).
     check_args(args->limits, "limits", HALO_STRUCT_SIZE(halo_limits, kv_memory_available));
-    if (args->num_options > 0 && args->options == nullptr)
-      invalid("options=NULL with num_options=", args->num_options);
+    check_options(args->options, args->num_options);
     const halo_model_spec& s = *args->spec;
     halo_limits& lim = *args->limits;
     for (auto [name, v] : {std::pair{"max_num_seqs", lim.max_num_seqs},
@@ -431,8 +444,12 @@ halo_error* prepare(halo_prepare_args* args) {
     if (has_kv_dtype) lim.kv_cache_dtype = HALO_KV_DTYPE_FP32;
     // v1.3: what the arithmetic runs in (16-bit weights widen to fp32 exactly);
     // the conformance suite's default tolerance follows it. Say it honestly.
+    // (The #if lets this file build against an older header too: the suite
+    // compiles it against the v1.2 header to check old plugins keep passing.)
+#if HALO_ABI_VERSION_MINOR >= 3
     if (lim.struct_size >= HALO_STRUCT_SIZE(halo_limits, compute_dtype))
       lim.compute_dtype = HALO_COMPUTE_DTYPE_FP32;
+#endif
     args->executable = exe.release();
   });
 }
@@ -477,6 +494,15 @@ halo_error* kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* args) {
       if (args->dst_blocks[i] < 0 || args->dst_blocks[i] >= kv->num_blocks)
         out_of_range("dst_blocks[", i, "]=", args->dst_blocks[i], " is outside [0, ",
                      kv->num_blocks, ")");
+    }
+    // A destination listed twice, or also a source (itself included), would
+    // make the result depend on the copy order: refused before any copy.
+    std::vector<char> is_src(static_cast<size_t>(kv->num_blocks)), is_dst(is_src.size());
+    for (int32_t i = 0; i < args->num_pairs; ++i) is_src[static_cast<size_t>(args->src_blocks[i])] = 1;
+    for (int32_t i = 0; i < args->num_pairs; ++i) {
+      const auto d = static_cast<size_t>(args->dst_blocks[i]);
+      if (is_src[d]) invalid("dst_blocks[", i, "]=", d, " is also a source block");
+      if (is_dst[d]++) invalid("dst_blocks[", i, "]=", d, " is a destination twice");
     }
     const size_t block = static_cast<size_t>(kv->exe->limits.block_size) * kv->slot_floats;
     for (auto* cache : {&kv->k, &kv->v})

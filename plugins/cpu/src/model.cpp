@@ -10,12 +10,60 @@
 #include <type_traits>
 
 #include "errors.h"
+#include "halo/plugin_support/options.h"
 #include "sysinfo.h"
 
 namespace halo::cpu {
 namespace {
 
 using kernels::DType;
+
+// The prepare options (docs/cpu.md). kernels and matmul fall back to the
+// environment variables HALO_CPU_KERNELS / HALO_CPU_MATMUL, then to fast /
+// halo: the variables predate the options and remain their documented defaults.
+struct CpuOptions {
+  std::string kernels, kernels_source, matmul, matmul_source, dtype;
+};
+
+// An option's value, else the environment variable's, else `fallback`; `source`
+// says which, for messages.
+std::string option_or_env(OptionReader& r, const char* key, const char* env, const char* fallback,
+                          std::string* source) {
+  if (auto v = r.get(key)) {
+    *source = cat("option ", key);
+    return std::string(*v);
+  }
+  *source = env;
+  const char* e = std::getenv(env);
+  return e && *e ? e : fallback;
+}
+
+CpuOptions read_prepare_options(const halo_prepare_args* args) {
+  OptionReader r("prepare", args->options, args->num_options);
+  CpuOptions o;
+  o.kernels = option_or_env(r, "kernels", "HALO_CPU_KERNELS", "fast", &o.kernels_source);
+  if (o.kernels != "fast" && o.kernels != "reference")
+    invalid("prepare: ", o.kernels_source, "=\"", o.kernels, "\" is not one of fast, reference");
+  o.matmul = option_or_env(r, "matmul", "HALO_CPU_MATMUL", "halo", &o.matmul_source);
+  if (o.matmul == "native") o.matmul = "halo";  // the name the issue used for the built-in GEMM
+  if (o.matmul != "halo" && o.matmul != "onednn")
+    invalid("prepare: ", o.matmul_source, "=\"", o.matmul, "\" is not one of halo, onednn");
+  // dtype: the matmul precision of the fast path. auto: bf16 GEMM for 16-bit
+  // weights, fp32 for fp32 weights; bfloat16: every weight packed to bf16 (fp32
+  // converted at load); float32: fp32 activations throughout.
+  o.dtype = std::string(r.str("dtype", "auto"));
+  if (o.dtype == "bf16") o.dtype = "bfloat16";
+  if (o.dtype == "fp32" || o.dtype == "float") o.dtype = "float32";
+  if (o.dtype == "float16" || o.dtype == "fp16" || o.dtype == "half")
+    invalid("prepare: option dtype=", o.dtype,
+            ": the cpu plugin has no fp16 arithmetic; fp16 weights run as bf16 (dtype auto or "
+            "bfloat16)");
+  if (o.dtype != "auto" && o.dtype != "bfloat16" && o.dtype != "float32")
+    invalid("prepare: option dtype=\"", o.dtype, "\" is not one of auto, bfloat16, float32");
+  r.also_known({"threads"});  // device_open's
+  r.refuse_unknown();
+  return o;
+}
 
 }  // namespace
 
@@ -25,8 +73,6 @@ void prepare(halo_prepare_args* args) {
   validate_spec(args->spec, "cpu");
   halo_limits* lim = args->limits;
   check_args("prepare", lim, "prepare: limits");
-  if (args->num_options > 0 && args->options == nullptr)
-    invalid("prepare: options=NULL with num_options=", args->num_options);
   const halo_model_spec& s = *args->spec;
 
   auto exe = std::make_unique<halo_executable>();
@@ -47,47 +93,19 @@ void prepare(halo_prepare_args* args) {
   exe->inv_freq.resize(static_cast<size_t>(s.head_dim / 2));
   kernels::rope_inv_freq(rp, static_cast<size_t>(s.head_dim), exe->inv_freq.data());
 
-  // Kernel path and matmul backend.
-  // Prepare option kernels=fast|reference wins over the environment.
-  const char* kenv = std::getenv("HALO_CPU_KERNELS");
-  std::string_view kpath = kenv && *kenv ? kenv : "fast";
-  const char* ksource = "HALO_CPU_KERNELS";
-  // Option dtype: the matmul precision of the fast path. auto: bf16 GEMM for
-  // 16-bit weights, fp32 for fp32 weights; bfloat16: every weight packed to
-  // bf16 (fp32 converted at load); float32: fp32 activations throughout.
-  std::string_view dtype = "auto";
-  for (size_t i = 0; i < args->num_options; ++i) {
-    const halo_option& o = args->options[i];
-    if (o.key == nullptr) invalid("prepare: options[", i, "].key is NULL");
-    const std::string_view key = o.key, value = o.value ? o.value : "";
-    if (key == "kernels") kpath = value, ksource = "option kernels";
-    if (key == "dtype") dtype = value;
-  }
-  if (kpath != "fast" && kpath != "reference")
-    invalid("prepare: ", ksource, "=\"", kpath, "\" is not one of fast, reference");
-  if (dtype == "bf16") dtype = "bfloat16";
-  if (dtype == "fp32" || dtype == "float") dtype = "float32";
-  if (dtype == "float16" || dtype == "fp16" || dtype == "half")
-    invalid("prepare: option dtype=", dtype,
-            ": the cpu plugin has no fp16 arithmetic; fp16 weights run as bf16 (dtype auto or "
-            "bfloat16)");
-  if (dtype != "auto" && dtype != "bfloat16" && dtype != "float32")
-    invalid("prepare: option dtype=\"", dtype, "\" is not one of auto, bfloat16, float32");
-  exe->fast = kpath == "fast";
-  const char* menv = std::getenv("HALO_CPU_MATMUL");
-  const std::string_view mpath = menv ? menv : "halo";
-  if (mpath != "halo" && mpath != "onednn")
-    invalid("prepare: HALO_CPU_MATMUL=\"", mpath, "\" is not one of halo, onednn");
+  const CpuOptions opt = read_prepare_options(args);
+  const std::string_view dtype = opt.dtype;
+  exe->fast = opt.kernels == "fast";
 #ifdef HALO_HAVE_ONEDNN
-  const bool use_onednn = exe->fast && mpath == "onednn";
+  const bool use_onednn = exe->fast && opt.matmul == "onednn";
   if (use_onednn && !onednn::available())
     fail(HALO_STATUS_FAILED_PRECONDITION,
-         "prepare: HALO_CPU_MATMUL=onednn but oneDNN has no bf16 matmul on this CPU");
+         "prepare: matmul=onednn (", opt.matmul_source, ") but oneDNN has no bf16 matmul on this CPU");
   if (use_onednn) onednn::set_num_threads(args->device->threads);
 #else
-  if (mpath == "onednn")
-    fail(HALO_STATUS_FAILED_PRECONDITION,
-         "prepare: HALO_CPU_MATMUL=onednn but this plugin was built without oneDNN");
+  if (opt.matmul == "onednn")
+    fail(HALO_STATUS_FAILED_PRECONDITION, "prepare: matmul=onednn (", opt.matmul_source,
+         ") but this plugin was built without oneDNN");
   const bool use_onednn = false;
 #endif
 
@@ -195,7 +213,7 @@ void prepare(halo_prepare_args* args) {
         halo_kv_dtype_name(kv_agreed));
   } else {
     std::fprintf(stderr, "halo cpu: reference kernels (%s=reference), fp32 compute; KV cache %s\n",
-                 ksource, halo_kv_dtype_name(kv_agreed));
+                 opt.kernels_source.c_str(), halo_kv_dtype_name(kv_agreed));
   }
 
   // Limits.
@@ -272,25 +290,11 @@ void kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* args) {
   check_args("kv_cache_copy_blocks", args, "kv_cache_copy_blocks: args");
   halo_kv_cache* kv = args->kv_cache;
   if (kv == nullptr) invalid("kv_cache_copy_blocks: kv_cache is NULL");
-  if (args->num_pairs < 0)
-    invalid("kv_cache_copy_blocks: num_pairs=", args->num_pairs, " is negative");
-  if (args->num_pairs == 0) return;
-  if (args->src_blocks == nullptr || args->dst_blocks == nullptr)
-    invalid("kv_cache_copy_blocks: src_blocks or dst_blocks is NULL with num_pairs=",
-            args->num_pairs);
-  for (int32_t i = 0; i < args->num_pairs; ++i) {
-    for (const auto& [name, arr] :
-         {std::pair{"src_blocks", args->src_blocks}, {"dst_blocks", args->dst_blocks}}) {
-      if (arr[i] < 0 || arr[i] >= kv->num_blocks)
-        out_of_range("kv_cache_copy_blocks: ", name, "[", i, "]=", arr[i], " is outside [0, ",
-                     kv->num_blocks, ")");
-    }
-  }
+  if (!validate_copy_blocks(args, kv->num_blocks)) return;
   const size_t bb = kv->block_bytes;
   for (size_t l = 0; l < kv->k.size(); ++l) {
     for (char* base : {kv->k[l].get(), kv->v[l].get()}) {
       for (int32_t i = 0; i < args->num_pairs; ++i) {
-        if (args->src_blocks[i] == args->dst_blocks[i]) continue;
         std::memcpy(base + static_cast<size_t>(args->dst_blocks[i]) * bb,
                     base + static_cast<size_t>(args->src_blocks[i]) * bb, bb);
       }

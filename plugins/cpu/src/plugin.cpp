@@ -1,10 +1,10 @@
 // The CPU plugin: the halo_plugin_api table (device_abi.h v1.3). Fast kernels by
 // default; its fp32 reference kernels (kernels=reference) are the suite's reference.
-#include <charconv>
 #include <cstring>
 #include <string_view>
 
 #include "errors.h"
+#include "halo/plugin_support/options.h"
 #include "model.h"
 #include "sysinfo.h"
 
@@ -74,20 +74,10 @@ halo_error* device_open(halo_device_open_args* args) {
   return guarded("device_open", [&] {
     check_args("device_open", args, "device_open: args");
     check_device_index("device_open", args->device_index);
-    if (args->num_options > 0 && args->options == nullptr)
-      invalid("device_open: options=NULL with num_options=", args->num_options);
-    int threads = online_cpus();
-    for (size_t i = 0; i < args->num_options; ++i) {
-      const halo_option& o = args->options[i];
-      if (o.key == nullptr) invalid("device_open: options[", i, "].key is NULL");
-      if (std::string_view(o.key) != "threads") continue;  // unknown keys are ignored
-      const std::string_view v(o.value ? o.value : "");
-      int n = 0;
-      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > 1024)
-        invalid("device_open: option threads=\"", v, "\" is not an integer in [1, 1024]");
-      threads = n;
-    }
+    OptionReader r("device_open", args->options, args->num_options);
+    const int threads = static_cast<int>(r.integer("threads", online_cpus(), 1, 1024));
+    r.also_known({"kernels", "matmul", "dtype"});  // prepare's
+    r.refuse_unknown();
     auto dev = std::make_unique<halo_device>();
     dev->device_index = args->device_index;
     dev->threads = threads;

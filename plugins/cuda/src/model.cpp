@@ -448,8 +448,10 @@ void prepare(halo_prepare_args* args) {
   validate_spec(args->spec, "cuda");
   halo_limits* lim = args->limits;
   check_args("prepare", lim, "prepare: limits");
-  if (args->num_options > 0 && args->options == nullptr)
-    invalid("prepare: options=NULL with num_options=", args->num_options);
+  // The core hands prepare device_open's list too: its keys are known here.
+  OptionReader opts("prepare", args->options, args->num_options);
+  opts.also_known({"tensor_parallel_size", "cuda_graphs"});
+  opts.refuse_unknown();
   const halo_model_spec& s = *args->spec;
   auto state = args->device->state;
   const int tp = static_cast<int>(state->ordinals.size());
@@ -701,16 +703,7 @@ void kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* args) {
   check_args("kv_cache_copy_blocks", args, "kv_cache_copy_blocks: args");
   halo_kv_cache* kv = args->kv_cache;
   if (kv == nullptr) invalid("kv_cache_copy_blocks: kv_cache is NULL");
-  if (args->num_pairs < 0) invalid("kv_cache_copy_blocks: num_pairs=", args->num_pairs, " is negative");
-  if (args->num_pairs == 0) return;
-  if (args->src_blocks == nullptr || args->dst_blocks == nullptr)
-    invalid("kv_cache_copy_blocks: src_blocks or dst_blocks is NULL with num_pairs=", args->num_pairs);
-  for (int32_t i = 0; i < args->num_pairs; ++i) {
-    for (const auto& [name, arr] : {std::pair{"src_blocks", args->src_blocks}, {"dst_blocks", args->dst_blocks}}) {
-      if (arr[i] < 0 || arr[i] >= kv->num_blocks)
-        out_of_range("kv_cache_copy_blocks: ", name, "[", i, "]=", arr[i], " is outside [0, ", kv->num_blocks, ")");
-    }
-  }
+  if (!validate_copy_blocks(args, kv->num_blocks)) return;
   const halo_executable* exe = kv->owner;
   std::lock_guard<std::mutex> lock(exe->device->mu);
   const size_t n = static_cast<size_t>(args->num_pairs);

@@ -2,7 +2,6 @@
 // answers on machines without a GPU or driver: the CUDA runtime is linked
 // statically and finds libcuda.so at run time, so device_count reports the
 // runtime's reason instead of the library failing to load.
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <string_view>
@@ -80,32 +79,17 @@ halo_error* device_get_properties(halo_device_get_properties_args* args) {
 }
 #undef HALO_PUT
 
-int parse_int(std::string_view key, const char* value, int lo, int hi) {
-  const std::string_view v(value ? value : "");
-  int n = 0;
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (ec != std::errc() || end != v.data() + v.size() || n < lo || n > hi)
-    invalid("device_open: option ", key, "=\"", v, "\" is not an integer in [", lo, ", ", hi, "]");
-  return n;
-}
-
 // Options: tensor_parallel_size=N (GPUs device_index .. device_index+N-1 act
-// as one halo device), cuda_graphs=0|1 (decode graphs, on by default).
+// as one halo device), cuda_graphs=0|1 (decode graphs, on by default); any
+// other key is refused.
 halo_error* device_open(halo_device_open_args* args) {
   return guarded("device_open", [&] {
     check_args("device_open", args, "device_open: args");
     const int n = check_device_index("device_open", args->device_index);
-    if (args->num_options > 0 && args->options == nullptr)
-      invalid("device_open: options=NULL with num_options=", args->num_options);
-    int tp = 1;
-    bool graphs = true;
-    for (size_t i = 0; i < args->num_options; ++i) {
-      const halo_option& o = args->options[i];
-      if (o.key == nullptr) invalid("device_open: options[", i, "].key is NULL");
-      const std::string_view key(o.key);
-      if (key == "tensor_parallel_size") tp = parse_int(key, o.value, 1, 1024);
-      if (key == "cuda_graphs") graphs = parse_int(key, o.value, 0, 1) == 1;
-    }
+    OptionReader opts("device_open", args->options, args->num_options);
+    const int tp = static_cast<int>(opts.integer("tensor_parallel_size", 1, 1, 1024));
+    const bool graphs = opts.integer("cuda_graphs", 1, 0, 1) == 1;
+    opts.refuse_unknown();  // prepare takes no options of its own
     if (args->device_index + tp > n)
       invalid("device_open: tensor_parallel_size=", tp, " from device_index=", args->device_index, " needs ",
               args->device_index + tp, " GPUs, ", n, " are visible");

@@ -18,6 +18,7 @@
 
 #include "halo/device_abi.h"
 #include "halo/plugin_support/errors.h"
+#include "halo/plugin_support/options.h"
 #include "rbln_sim/ze_rbln_ext.h"
 
 namespace halo::rbln {
@@ -31,10 +32,10 @@ inline constexpr const char* kFormat = "halo-compiled-model/1";
 // Throws a PluginError for a failed driver call, with the driver's message.
 void ze_check(ze_result_t r, const char* what);
 
-// Options as a map (unknown keys are ignored by the callers).
-std::map<std::string, std::string, std::less<>> option_map(const halo_option* options, size_t n, const char* where);
-int64_t option_int(const std::map<std::string, std::string, std::less<>>& m, const char* key, int64_t def,
-                   int64_t lo, int64_t hi, const char* where);
+// Options: device_open and prepare get one list from the core, so each takes
+// the other's keys unread (kDeviceKeys, kPrepareKeys); compile has its own.
+inline constexpr std::string_view kDeviceKeys[] = {"threads", "profile", "command_timeout_ms"};
+inline constexpr std::string_view kPrepareKeys[] = {"tensor_parallel_size"};
 
 // The process-wide driver session: the simulated driver configured with the
 // device profile, its chips and one context.

@@ -122,14 +122,17 @@ void compile(halo_compile_args* a) {
   if (a->device_index != 0) fail(HALO_STATUS_OUT_OF_RANGE, "compile: device_index=", a->device_index, " is outside [0, 1)");
   if (a->spec == nullptr) invalid("compile: spec is NULL");
   const halo_model_spec& s = *a->spec;
-  const auto opts = option_map(a->options, a->num_options, "compile");
-  auto pit = opts.find("profile");
-  Driver& d = driver(pit == opts.end() ? "" : pit->second);
+  OptionReader opts("compile", a->options, a->num_options);
+  const std::string profile(opts.str("profile", ""));
+  const bool dry = opts.integer("dry_run", 0, 0, 1) == 1;
+  const int64_t batch = opts.integer("batch_size", 1, 1, 1 << 20);
+  const int64_t max_len = opts.integer("max_seq_len", s.max_position_embeddings, 1, 1 << 24);
+  const int64_t tp = opts.integer("tensor_parallel_size", 1, 1, 1 << 20);
+  const std::string dtype_opt(opts.str("dtype", ""));
+  const std::string buckets_opt(opts.str("decode_buckets", ""));
+  opts.refuse_unknown();  // before any work: a misspelt option must not compile a default
+  Driver& d = driver(profile);
   const int64_t chips = d.chips.size();
-  const bool dry = option_int(opts, "dry_run", 0, 0, 1, "compile") == 1;
-  const int64_t batch = option_int(opts, "batch_size", 1, 1, 1 << 20, "compile");
-  const int64_t max_len = option_int(opts, "max_seq_len", s.max_position_embeddings, 1, 1 << 24, "compile");
-  const int64_t tp = option_int(opts, "tensor_parallel_size", 1, 1, 1 << 20, "compile");
   const int64_t chunk = d.props.prefill_chunk_size;
 
   if (s.num_layers <= 0 || s.hidden_size <= 0 || s.num_heads <= 0 || s.num_kv_heads <= 0 || s.head_dim <= 0 ||
@@ -150,15 +153,14 @@ void compile(halo_compile_args* a) {
   // dtype: bf16 or fp16 (the NPU does not compute in fp32); default: the checkpoint's if 16-bit, else bf16.
   DType dt = DType::BF16;
   std::string dtype_name = "bf16";
-  auto dit = opts.find("dtype");
-  if (dit != opts.end() && !dit->second.empty() && dit->second != "auto") {
-    if (dit->second == "bf16" || dit->second == "bfloat16") {
+  if (!dtype_opt.empty() && dtype_opt != "auto") {
+    if (dtype_opt == "bf16" || dtype_opt == "bfloat16") {
       dt = DType::BF16;
-    } else if (dit->second == "fp16" || dit->second == "float16") {
+    } else if (dtype_opt == "fp16" || dtype_opt == "float16") {
       dt = DType::F16;
       dtype_name = "fp16";
     } else {
-      invalid("compile: --dtype=", dit->second, " is not supported: the ATOM computes in bf16 or fp16");
+      invalid("compile: --dtype=", dtype_opt, " is not supported: the ATOM computes in bf16 or fp16");
     }
   } else if (a->num_weights > 0 && a->weights && a->weights[0].tensor) {
     const DLDataType t = a->weights[0].tensor->dtype;
@@ -171,13 +173,13 @@ void compile(halo_compile_args* a) {
 
   // Decode buckets: given, or halving from the batch size (vllm-rbln's decoder_batch_sizes).
   std::vector<int32_t> buckets;
-  auto bit = opts.find("decode_buckets");
-  if (bit != opts.end() && !bit->second.empty()) {
-    std::stringstream ss(bit->second);
+  if (!buckets_opt.empty()) {
+    std::stringstream ss(buckets_opt);
     std::string item;
     while (std::getline(ss, item, ',')) {
-      std::map<std::string, std::string, std::less<>> one{{"bucket", item}};
-      buckets.push_back(static_cast<int32_t>(option_int(one, "bucket", 0, 1, batch, "compile: --decode-buckets")));
+      const halo_option one{"decode_buckets", item.c_str()};
+      OptionReader r("compile: --decode-buckets", &one, 1);
+      buckets.push_back(static_cast<int32_t>(r.integer("decode_buckets", 0, 1, batch)));
     }
   } else {
     for (int64_t b = batch; b >= 1; b /= 2) buckets.push_back(static_cast<int32_t>(b));

@@ -22,35 +22,13 @@ void ze_check(ze_result_t r, const char* what) {
   switch (r) {
     case ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY: code = HALO_STATUS_OUT_OF_MEMORY; kind = "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"; break;
     case ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY: code = HALO_STATUS_OUT_OF_MEMORY; kind = "ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY"; break;
-    case ZE_RESULT_ERROR_DEVICE_LOST: kind = "ZE_RESULT_ERROR_DEVICE_LOST"; break;
-    case ZE_RESULT_NOT_READY: kind = "timed out (ZE_RESULT_NOT_READY)"; break;
+    case ZE_RESULT_ERROR_DEVICE_LOST: code = HALO_STATUS_DEVICE_LOST; kind = "ZE_RESULT_ERROR_DEVICE_LOST"; break;
+    case ZE_RESULT_NOT_READY: code = HALO_STATUS_DEADLINE_EXCEEDED; kind = "timed out (ZE_RESULT_NOT_READY)"; break;
     case ZE_RESULT_ERROR_INVALID_ARGUMENT: code = HALO_STATUS_INVALID_ARGUMENT; kind = "ZE_RESULT_ERROR_INVALID_ARGUMENT"; break;
     case ZE_RESULT_ERROR_UNSUPPORTED_FEATURE: code = HALO_STATUS_UNIMPLEMENTED; kind = "ZE_RESULT_ERROR_UNSUPPORTED_FEATURE"; break;
     default: break;
   }
   fail(code, what, ": ", kind, msg && *msg ? ": " : "", msg ? msg : "");
-}
-
-std::map<std::string, std::string, std::less<>> option_map(const halo_option* options, size_t n, const char* where) {
-  if (n > 0 && options == nullptr) invalid(where, ": options=NULL with num_options=", n);
-  std::map<std::string, std::string, std::less<>> m;
-  for (size_t i = 0; i < n; ++i) {
-    if (options[i].key == nullptr) invalid(where, ": options[", i, "].key is NULL");
-    m[options[i].key] = options[i].value ? options[i].value : "";
-  }
-  return m;
-}
-
-int64_t option_int(const std::map<std::string, std::string, std::less<>>& m, const char* key, int64_t def, int64_t lo,
-                   int64_t hi, const char* where) {
-  auto it = m.find(key);
-  if (it == m.end() || it->second.empty()) return def;
-  int64_t v = 0;
-  const std::string& s = it->second;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi)
-    invalid(where, ": option ", key, "=\"", s, "\" is not an integer in [", lo, ", ", hi, "]");
-  return v;
 }
 
 namespace {
@@ -205,13 +183,16 @@ halo_error* device_open(halo_device_open_args* args) {
   return guarded("device_open", [&] {
     check_args(args, "device_open: args");
     check_index("device_open", args->device_index);
-    const auto opts = option_map(args->options, args->num_options, "device_open");
-    const auto threads = option_int(opts, "threads", 0, 0, 1024, "device_open");
-    auto it = opts.find("profile");
+    OptionReader opts("device_open", args->options, args->num_options);
+    const auto threads = opts.integer("threads", 0, 0, 1024);
+    const std::string profile(opts.str("profile", ""));
+    opts.also_known(kDeviceKeys);  // command_timeout_ms: read below, its default is the profile's
+    opts.also_known(kPrepareKeys);
+    opts.refuse_unknown();
     auto dev = std::make_unique<halo_device>();
-    dev->drv = &driver(it == opts.end() ? "" : it->second, static_cast<uint32_t>(threads));
-    dev->command_timeout_ms =
-        static_cast<int>(option_int(opts, "command_timeout_ms", dev->drv->props.command_timeout_ms, 1, 86400000, "device_open"));
+    dev->drv = &driver(profile, static_cast<uint32_t>(threads));
+    dev->command_timeout_ms = static_cast<int>(
+        opts.integer("command_timeout_ms", dev->drv->props.command_timeout_ms, 1, 86400000));
     args->device = dev.release();
   });
 }

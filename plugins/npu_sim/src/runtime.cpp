@@ -70,7 +70,7 @@ void submit(halo_executable& e, const char* what) {
   if (r == ZE_RESULT_NOT_READY) {
     e.failed = cat(what, ": the device did not complete the command within ", e.timeout_ms,
                    " ms (command_timeout_ms); the device is considered hung");
-    fail(HALO_STATUS_INTERNAL, e.failed);
+    fail(HALO_STATUS_DEADLINE_EXCEEDED, e.failed);
   }
   if (r != ZE_RESULT_SUCCESS) {
     try {
@@ -110,6 +110,10 @@ void prepare(halo_prepare_args* a) {
   if (a->spec == nullptr) invalid("prepare: spec is NULL");
   halo_limits* lim = a->limits;
   if (lim == nullptr) invalid("prepare: limits is NULL");
+  OptionReader opts("prepare", a->options, a->num_options);
+  const int64_t tp_opt = opts.integer("tensor_parallel_size", 0, 0, 1 << 20);
+  opts.also_known(kDeviceKeys);
+  opts.refuse_unknown();
   // The compiled programs keep the KV cache in fp32.
   halo::plugin::check_kv_dtype("rbln", halo::plugin::proposed_kv_dtype(lim), {HALO_KV_DTYPE_FP32});
   const halo_model_spec& s = *a->spec;
@@ -135,7 +139,6 @@ void prepare(halo_prepare_args* a) {
               " does not match config.json's ", want[k].dump());
 
   Driver& d = *a->device->drv;
-  const auto opts = option_map(a->options, a->num_options, "prepare");
   auto e = std::make_unique<halo_executable>();
   e->drv = &d;
   e->timeout_ms = a->device->command_timeout_ms;
@@ -146,7 +149,6 @@ void prepare(halo_prepare_args* a) {
   e->chunk = man.at("prefill_chunk_size").get<int32_t>();
   e->buckets = man.at("decode_buckets").get<std::vector<int32_t>>();
   const std::string dtype = man.at("dtype").get<std::string>();
-  const int64_t tp_opt = option_int(opts, "tensor_parallel_size", 0, 0, 1 << 20, "prepare");
   if (tp_opt > 0 && tp_opt != e->tp)
     invalid("prepare: tensor_parallel_size=", tp_opt, " contradicts the compiled model: ", root.string(),
             " was compiled with tensor_parallel_size=", e->tp, " (RSD across ", e->tp, " chips)");
@@ -270,17 +272,12 @@ void kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* a) {
   check_args(a, "kv_cache_copy_blocks: args");
   halo_kv_cache* kv = a->kv_cache;
   if (kv == nullptr) invalid("kv_cache_copy_blocks: kv_cache is NULL");
-  if (a->num_pairs < 0) invalid("kv_cache_copy_blocks: num_pairs=", a->num_pairs, " is negative");
-  if (a->num_pairs == 0) return;
-  if (!a->src_blocks || !a->dst_blocks) invalid("kv_cache_copy_blocks: src_blocks or dst_blocks is NULL");
+  if (!validate_copy_blocks(a, kv->num_blocks)) return;
   halo_executable& e = *kv->owner;
   const ze_rbln_decoder_desc_t& m = e.dims.desc;
   std::lock_guard<std::mutex> lock(e.mu);
-  for (int32_t i = 0; i < a->num_pairs; ++i)
-    for (const auto& [name, arr] : {std::pair{"src_blocks", a->src_blocks}, {"dst_blocks", a->dst_blocks}})
-      if (arr[i] < 0 || arr[i] >= kv->num_blocks)
-        fail(HALO_STATUS_OUT_OF_RANGE, "kv_cache_copy_blocks: ", name, "[", i, "]=", arr[i], " is outside [0, ",
-             kv->num_blocks, ")");
+  if (!e.failed.empty())
+    fail(HALO_STATUS_DEVICE_LOST, "kv_cache_copy_blocks: the device failed earlier: ", e.failed);
   size_t idx = 0;
   for (int32_t c = 0; c < e.tp; ++c) {
     const uint64_t nkv = ze_rbln_kv_hi(&m, uint32_t(c), uint32_t(e.tp)) - ze_rbln_kv_lo(&m, uint32_t(c), uint32_t(e.tp));
@@ -288,10 +285,9 @@ void kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* a) {
     for (uint32_t l = 0; l < m.layers * 2; ++l, ++idx) {
       char* base = static_cast<char*>(kv->ptrs[idx]);
       for (int32_t i = 0; i < a->num_pairs; ++i)
-        if (a->src_blocks[i] != a->dst_blocks[i])
-          ze_check(zeCommandListAppendMemoryCopy(e.list, base + size_t(a->dst_blocks[i]) * block,
-                                                 base + size_t(a->src_blocks[i]) * block, block, nullptr, 0, nullptr),
-                   "kv_cache_copy_blocks");
+        ze_check(zeCommandListAppendMemoryCopy(e.list, base + size_t(a->dst_blocks[i]) * block,
+                                               base + size_t(a->src_blocks[i]) * block, block, nullptr, 0, nullptr),
+                 "kv_cache_copy_blocks");
     }
   }
   submit(e, "kv_cache_copy_blocks");
@@ -352,8 +348,9 @@ void execute(halo_execute_args* a) {
     fail(HALO_STATUS_INVALID_ARGUMENT, "execute: ", S, " decodes exceed the compiled batch_size=", e->batch);
 
   std::lock_guard<std::mutex> lock(e->mu);
+  // A lost or hung device stays lost for this executable (ABI: DEVICE_LOST).
   if (!e->failed.empty())
-    fail(HALO_STATUS_FAILED_PRECONDITION, "execute: the device failed earlier and no longer runs programs: ", e->failed);
+    fail(HALO_STATUS_DEVICE_LOST, "execute: the device failed earlier and no longer runs programs: ", e->failed);
   float* out = a->num_logits > 0
                    ? reinterpret_cast<float*>(static_cast<char*>(a->logits->data) + a->logits->byte_offset)
                    : nullptr;

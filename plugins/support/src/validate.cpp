@@ -257,6 +257,29 @@ void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const K
   }
 }
 
+// kv_cache_copy_blocks: see validate.h. Checked in full before anything is
+// copied, so a refused list leaves the cache unchanged.
+bool validate_copy_blocks(const halo_kv_cache_copy_blocks_args* a, int32_t num_blocks) {
+  if (a->num_pairs < 0) invalid("kv_cache_copy_blocks: num_pairs=", a->num_pairs, " is negative");
+  if (a->num_pairs == 0) return false;
+  if (a->src_blocks == nullptr || a->dst_blocks == nullptr)
+    invalid("kv_cache_copy_blocks: src_blocks or dst_blocks is NULL with num_pairs=", a->num_pairs);
+  const auto n = static_cast<size_t>(a->num_pairs);
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& [name, arr] : {std::pair{"src_blocks", a->src_blocks}, {"dst_blocks", a->dst_blocks}})
+      if (arr[i] < 0 || arr[i] >= num_blocks)
+        out_of_range("kv_cache_copy_blocks: ", name, "[", i, "]=", arr[i], " is outside [0, ", num_blocks, ")");
+  std::vector<char> is_src(static_cast<size_t>(num_blocks), 0), is_dst(static_cast<size_t>(num_blocks), 0);
+  for (size_t i = 0; i < n; ++i) is_src[static_cast<size_t>(a->src_blocks[i])] = 1;
+  for (size_t i = 0; i < n; ++i) {
+    const auto d = static_cast<size_t>(a->dst_blocks[i]);
+    if (is_src[d])
+      invalid("kv_cache_copy_blocks: dst_blocks[", i, "]=", d, " is also a source block");
+    if (is_dst[d]++) invalid("kv_cache_copy_blocks: dst_blocks[", i, "]=", d, " is a destination twice");
+  }
+  return true;
+}
+
 kernels::RopeParams rope_params(const halo_model_spec& s) {
   kernels::RopeParams rp;
   rp.theta = s.rope_theta;

@@ -50,6 +50,11 @@ struct KvLimits {
   int32_t num_blocks = 0, block_size = 0;
 };
 void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const KvLimits* kv);
+// kv_cache_copy_blocks after its kv_cache NULL check: pointers, num_pairs, every
+// index in [0, num_blocks) (OUT_OF_RANGE), and no destination repeated or also
+// a source (INVALID_ARGUMENT: the result would depend on the copy order).
+// False for num_pairs = 0, the no-op.
+bool validate_copy_blocks(const halo_kv_cache_copy_blocks_args* a, int32_t num_blocks);
 
 // The kernels' RoPE parameters for a (validated) spec.
 kernels::RopeParams rope_params(const halo_model_spec& s);

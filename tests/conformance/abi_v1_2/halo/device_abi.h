@@ -1,0 +1,419 @@
+/* halo device plugin ABI, version 1.1 (1.1 appended compile, device_get_stats and
+ * halo_model_spec.compiled_model_dir / compiled_target).
+ *
+ * A device plugin is a shared library that exports one symbol,
+ *
+ *     const halo_plugin_api* halo_plugin_get_api(void);
+ *
+ * returning a pointer to a static function table that lives as long as the
+ * library is loaded. Everything the core asks of a device goes through that
+ * table; the core never includes anything else from a plugin.
+ *
+ * Evolution rules (as in PJRT's C API):
+ *  - The table and every argument struct begin with `struct_size`. The caller
+ *    sets it to sizeof() of the struct it was compiled against; the callee
+ *    reads and writes only fields that lie inside both its own and the
+ *    caller's size, so an older caller works with a newer plugin and back.
+ *  - Within a major version fields and table entries are only appended (minor
+ *    bump). Anything else is a new major version; the core refuses a plugin
+ *    whose major differs from its own.
+ *  - Every call returns NULL on success or a halo_error* the caller owns and
+ *    releases with error_destroy. No C++ exception ever crosses this boundary.
+ *  - Tensors are DLPack DLTensor (Debian's dlpack 0.6). A `const DLTensor*`
+ *    argument is borrowed for the duration of the call unless a comment says
+ *    otherwise.
+ *  - Objects a plugin creates are destroyed by the matching *_destroy call. A
+ *    plugin is never unloaded while anything it made is alive.
+ */
+#ifndef HALO_DEVICE_ABI_H_
+#define HALO_DEVICE_ABI_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HALO_ABI_VERSION_MAJOR 1
+#define HALO_ABI_VERSION_MINOR 2
+
+/* Name of the one symbol every plugin exports. */
+#define HALO_PLUGIN_ENTRY_SYMBOL "halo_plugin_get_api"
+
+#if defined(_WIN32)
+#define HALO_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define HALO_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* Size of a struct up to and including `field`: what a caller compiled
+ * against an older header would pass as struct_size. */
+#define HALO_STRUCT_SIZE(type, field) \
+  (offsetof(type, field) + sizeof(((type*)0)->field))
+
+/* ------------------------------------------------------------------ errors */
+
+typedef enum halo_status_code {
+  HALO_STATUS_OK = 0,
+  HALO_STATUS_INVALID_ARGUMENT = 1, /* a null pointer, a bad struct_size, a bad value */
+  HALO_STATUS_OUT_OF_RANGE = 2,     /* an index or id beyond what exists */
+  HALO_STATUS_OUT_OF_MEMORY = 3,    /* the device could not allocate */
+  HALO_STATUS_UNIMPLEMENTED = 4,    /* the plugin does not support this request */
+  HALO_STATUS_FAILED_PRECONDITION = 5, /* a call made in the wrong state */
+  HALO_STATUS_INTERNAL = 6,         /* anything else that went wrong inside */
+} halo_status_code;
+
+/* Opaque error object: a code and a message. Owned by the caller. */
+typedef struct halo_error halo_error;
+
+/* --------------------------------------------------------- opaque handles */
+
+typedef struct halo_device halo_device;         /* one opened device */
+typedef struct halo_executable halo_executable; /* a model prepared for a device */
+typedef struct halo_kv_cache halo_kv_cache;     /* paged KV cache of an executable */
+typedef struct halo_buffer halo_buffer;         /* a tensor in device memory */
+
+/* -------------------------------------------------------- device facts */
+
+typedef enum halo_device_kind {
+  HALO_DEVICE_KIND_CPU = 0,
+  HALO_DEVICE_KIND_GPU = 1,
+  HALO_DEVICE_KIND_NPU = 2,
+  HALO_DEVICE_KIND_OTHER = 3,
+} halo_device_kind;
+
+/* Capability bits in halo_device_properties.capabilities. */
+#define HALO_CAP_DTYPE_FP32 (1u << 0)          /* accepts fp32 weights */
+#define HALO_CAP_DTYPE_BF16 (1u << 1)          /* accepts bf16 weights */
+#define HALO_CAP_DTYPE_FP16 (1u << 2)          /* accepts fp16 weights */
+#define HALO_CAP_CHUNKED_PREFILL (1u << 3)     /* a prompt may be split over steps */
+#define HALO_CAP_MIXED_BATCH (1u << 4)         /* prefill and decode in one step */
+#define HALO_CAP_STATIC_SHAPES (1u << 5)       /* limits are fixed when prepared */
+#define HALO_CAP_BUFFERS (1u << 6)             /* buffer_* calls are implemented */
+
+typedef struct halo_device_properties {
+  size_t struct_size;
+  halo_device_kind kind;
+  char name[64];            /* e.g. "cpu", "NVIDIA H100", "ATOM (simulated)" */
+  char vendor[64];
+  uint64_t memory_bytes;    /* total memory usable for weights and KV */
+  uint64_t memory_free_bytes;
+  int32_t num_chips;        /* >1: tensor parallel inside the device */
+  uint32_t capabilities;    /* HALO_CAP_* bits */
+  /* Limits the device imposes before a model is prepared; 0 = none. */
+  int32_t max_batch_size;
+  int32_t required_block_size;
+  int32_t max_model_len;
+} halo_device_properties;
+
+typedef struct halo_device_count_args {
+  size_t struct_size;
+  int32_t count; /* out */
+} halo_device_count_args;
+
+typedef struct halo_device_get_properties_args {
+  size_t struct_size;
+  int32_t device_index;
+  halo_device_properties* properties; /* out: caller sets its struct_size */
+} halo_device_get_properties_args;
+
+/* A string option, e.g. {"threads", "2"}. Unknown keys are ignored. */
+typedef struct halo_option {
+  const char* key;
+  const char* value;
+} halo_option;
+
+typedef struct halo_device_open_args {
+  size_t struct_size;
+  int32_t device_index;
+  const halo_option* options;
+  size_t num_options;
+  halo_device* device; /* out */
+} halo_device_open_args;
+
+/* ----------------------------------------------------------- the model */
+
+typedef enum halo_rope_scaling {
+  HALO_ROPE_SCALING_NONE = 0,
+  HALO_ROPE_SCALING_LINEAR = 1,
+  HALO_ROPE_SCALING_LLAMA3 = 2,
+} halo_rope_scaling;
+
+typedef enum halo_activation {
+  HALO_ACTIVATION_SILU = 0, /* down(silu(gate(x)) * up(x)) */
+  HALO_ACTIVATION_GELU_TANH = 1,
+} halo_activation;
+
+/* Bits in halo_model_spec.flags. */
+#define HALO_MODEL_QKV_BIAS (1u << 0)         /* q/k/v projections carry biases */
+#define HALO_MODEL_QK_NORM (1u << 1)          /* per-head RMSNorm of q and k before RoPE */
+#define HALO_MODEL_TIED_EMBEDDINGS (1u << 2)  /* lm_head is embed_tokens */
+
+/* A decoder-only transformer with pre-RMSNorm, rotary positions (neox
+ * half-split layout), grouped-query attention and a gated MLP. Llama 2/3,
+ * Mistral, Qwen2/2.5/3 and Phi-3 are all points in this space. */
+typedef struct halo_model_spec {
+  size_t struct_size;
+  const char* architecture; /* informational, e.g. "LlamaForCausalLM" */
+  int32_t vocab_size;
+  int32_t hidden_size;
+  int32_t intermediate_size;
+  int32_t num_layers;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t max_position_embeddings;
+  float rms_norm_eps;
+  float rope_theta;
+  halo_rope_scaling rope_scaling;
+  float rope_factor;                 /* LINEAR and LLAMA3 */
+  float rope_low_freq_factor;        /* LLAMA3 */
+  float rope_high_freq_factor;       /* LLAMA3 */
+  int32_t rope_original_max_position; /* LLAMA3 */
+  halo_activation activation;
+  uint32_t flags; /* HALO_MODEL_* bits */
+  /* v1.1: a model compiled ahead of time (halo compile) is a directory the
+   * plugin reads itself; prepare then gets no weights. NULL for a plain
+   * Hugging Face model. compiled_target names the plugin it was built for. */
+  const char* compiled_model_dir;
+  const char* compiled_target;
+} halo_model_spec;
+
+/* Weights use canonical names, whatever the checkpoint called them:
+ *   embed_tokens                     [vocab, hidden]
+ *   layers.{i}.attn_norm             [hidden]
+ *   layers.{i}.q_proj                [heads*head_dim, hidden]
+ *   layers.{i}.k_proj, v_proj        [kv_heads*head_dim, hidden]
+ *   layers.{i}.q_bias                [heads*head_dim]     (QKV_BIAS)
+ *   layers.{i}.k_bias, v_bias        [kv_heads*head_dim]  (QKV_BIAS)
+ *   layers.{i}.q_norm, k_norm        [head_dim]           (QK_NORM)
+ *   layers.{i}.o_proj                [hidden, heads*head_dim]
+ *   layers.{i}.mlp_norm              [hidden]
+ *   layers.{i}.gate_proj, up_proj    [intermediate, hidden]
+ *   layers.{i}.down_proj             [hidden, intermediate]
+ *   final_norm                       [hidden]
+ *   lm_head                          [vocab, hidden]      (absent when tied)
+ * Matrices are row-major [out, in] as in PyTorch's nn.Linear. Tensors may be
+ * fp32, bf16 or fp16 and may carry a byte_offset (views into fused tensors). */
+typedef struct halo_named_tensor {
+  const char* name;
+  const DLTensor* tensor;
+} halo_named_tensor;
+
+/* Engine limits. The core proposes them in prepare; the plugin returns what it
+ * will honour. A static-shape device answers with its compiled limits. */
+typedef struct halo_limits {
+  size_t struct_size;
+  int32_t max_num_seqs;           /* sequences in one step */
+  int32_t max_model_len;          /* tokens per sequence, prompt plus output */
+  int32_t max_num_batched_tokens; /* tokens in one step */
+  int32_t block_size;             /* tokens per KV block */
+  uint32_t capabilities;          /* out: HALO_CAP_CHUNKED_PREFILL / MIXED_BATCH as agreed */
+  uint64_t kv_bytes_per_block;    /* out: device bytes one KV block takes (all layers) */
+  uint64_t kv_memory_available;   /* out: device bytes left for KV after weights */
+  /* v1.2: element type of the KV cache. in: proposed (AUTO = the device's
+   * choice); out: what the cache stores. A plugin that cannot store the
+   * proposed type fails prepare naming it; a caller older than v1.2 gets
+   * the device's choice. */
+  int32_t kv_cache_dtype; /* halo_kv_dtype */
+} halo_limits;
+
+/* v1.2: KV cache element types (halo_limits.kv_cache_dtype). */
+typedef enum halo_kv_dtype {
+  HALO_KV_DTYPE_AUTO = 0, /* in only: bf16 for 16-bit checkpoints, else the device's default */
+  HALO_KV_DTYPE_FP32 = 1,
+  HALO_KV_DTYPE_BF16 = 2,
+  HALO_KV_DTYPE_FP16 = 3,
+} halo_kv_dtype;
+
+/* Name of a halo_kv_dtype for messages ("auto", "fp32", "bf16", "fp16"). */
+static inline const char* halo_kv_dtype_name(int32_t d) {
+  switch (d) {
+    case HALO_KV_DTYPE_AUTO: return "auto";
+    case HALO_KV_DTYPE_FP32: return "fp32";
+    case HALO_KV_DTYPE_BF16: return "bf16";
+    case HALO_KV_DTYPE_FP16: return "fp16";
+    default: return "unknown";
+  }
+}
+
+typedef struct halo_prepare_args {
+  size_t struct_size;
+  halo_device* device;
+  const halo_model_spec* spec;
+  const halo_named_tensor* weights;
+  size_t num_weights;
+  /* The host keeps every weight's memory valid and unchanged until
+   * executable_destroy returns, so a host-memory plugin may use it in place. */
+  halo_limits* limits; /* in: proposed; out: agreed */
+  const halo_option* options;
+  size_t num_options;
+  halo_executable* executable; /* out */
+} halo_prepare_args;
+
+/* ------------------------------------------------------------ KV cache */
+
+typedef struct halo_kv_cache_create_args {
+  size_t struct_size;
+  halo_executable* executable;
+  int32_t num_blocks;
+  int32_t block_size; /* must equal the agreed limits.block_size */
+  halo_kv_cache* kv_cache; /* out */
+} halo_kv_cache_create_args;
+
+/* Copies whole blocks: after the call block dst[i] holds what src[i] held,
+ * for every layer. Used for copy-on-write of shared prefixes. */
+typedef struct halo_kv_cache_copy_blocks_args {
+  size_t struct_size;
+  halo_kv_cache* kv_cache;
+  const int32_t* src_blocks;
+  const int32_t* dst_blocks;
+  int32_t num_pairs;
+} halo_kv_cache_copy_blocks_args;
+
+/* -------------------------------------------------------------- a step */
+
+/* One batch step. Tokens of all sequences are flattened: sequence s owns the
+ * q = query_start[s+1] - query_start[s] tokens [query_start[s], query_start[s+1]).
+ * context_lens[s] counts every token of the sequence after this step (cached
+ * plus new), so the j-th new token sits at sequence index
+ * context_lens[s] - q + j. Each new token's K/V is first written to slot
+ * slot_mapping[t] (= block * block_size + offset; -1 = do not write, used for
+ * padding); then the token attends causally to sequence indices 0..its own,
+ * reading K/V only through block_tables (block k of sequence s holds indices
+ * [k*block_size, (k+1)*block_size)). positions[t] feeds RoPE. Logits are
+ * computed only for the flat rows listed in logits_indices. */
+typedef struct halo_execute_args {
+  size_t struct_size;
+  halo_executable* executable;
+  halo_kv_cache* kv_cache;
+  int32_t num_tokens;
+  const int32_t* token_ids;    /* [num_tokens] */
+  const int32_t* positions;    /* [num_tokens] */
+  const int64_t* slot_mapping; /* [num_tokens] */
+  int32_t num_seqs;
+  const int32_t* query_start;  /* [num_seqs + 1] */
+  const int32_t* context_lens; /* [num_seqs] */
+  const int32_t* block_tables; /* [num_seqs * max_blocks_per_seq], -1 padded */
+  int32_t max_blocks_per_seq;
+  int32_t num_logits;
+  const int32_t* logits_indices; /* [num_logits] rows of the flat batch */
+  /* out: host fp32 [num_logits, vocab_size], allocated by the caller */
+  DLTensor* logits;
+} halo_execute_args;
+
+/* ------------------------------------------------------------- buffers */
+
+/* Copies a host tensor into device memory. */
+typedef struct halo_buffer_from_host_args {
+  size_t struct_size;
+  halo_device* device;
+  const DLTensor* host;
+  halo_buffer* buffer; /* out */
+} halo_buffer_from_host_args;
+
+/* Copies a buffer back into a host tensor of the same dtype and shape. */
+typedef struct halo_buffer_to_host_args {
+  size_t struct_size;
+  halo_buffer* buffer;
+  DLTensor* host; /* caller-allocated */
+} halo_buffer_to_host_args;
+
+/* ------------------------------------------------- v1.1: compile, stats */
+
+/* Ahead-of-time compilation for a static-shape device: shards and converts
+ * the weights and writes a compiled model directory (a manifest plus whatever
+ * the plugin needs) to out_dir. Options are plugin specific (e.g.
+ * batch_size, max_seq_len, tensor_parallel_size, dtype, decode_buckets,
+ * dry_run=1 to check and estimate without writing). The plugin writes a
+ * NUL-terminated JSON summary (memory per chip, estimates) into `summary` when
+ * it is not NULL, truncated to summary_capacity bytes. */
+typedef struct halo_compile_args {
+  size_t struct_size;
+  int32_t device_index;
+  const halo_model_spec* spec;
+  const halo_named_tensor* weights;
+  size_t num_weights;
+  const halo_option* options;
+  size_t num_options;
+  const char* out_dir;
+  char* summary;           /* out, caller-allocated, may be NULL */
+  size_t summary_capacity;
+} halo_compile_args;
+
+#define HALO_MAX_CHIPS 16
+
+/* Cumulative counters of a device since the plugin was loaded (a simulator
+ * reports simulated time; a real device may report only what it knows and
+ * leaves the rest 0). */
+typedef struct halo_device_stats {
+  size_t struct_size;
+  uint64_t steps;                 /* programs executed */
+  uint64_t tokens;                /* rows computed, padding included */
+  double device_seconds;          /* device time of all steps */
+  double compute_seconds;         /* compute-bound share */
+  double memory_seconds;          /* memory-bound share */
+  double link_seconds;            /* chip-to-chip share */
+  int32_t num_chips;
+  uint64_t chip_memory_used[HALO_MAX_CHIPS];
+  uint64_t chip_memory_capacity[HALO_MAX_CHIPS];
+} halo_device_stats;
+
+typedef struct halo_device_get_stats_args {
+  size_t struct_size;
+  int32_t device_index;
+  halo_device_stats* stats; /* out: caller sets its struct_size */
+} halo_device_get_stats_args;
+
+/* ---------------------------------------------------------- the table */
+
+typedef struct halo_plugin_api {
+  size_t struct_size;
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  const char* plugin_name;    /* e.g. "cpu" */
+  const char* plugin_version; /* free text */
+
+  /* Errors. */
+  halo_status_code (*error_code)(const halo_error* error);
+  const char* (*error_message)(const halo_error* error); /* valid until destroyed */
+  void (*error_destroy)(halo_error* error);
+
+  /* Devices. */
+  halo_error* (*device_count)(halo_device_count_args* args);
+  halo_error* (*device_get_properties)(halo_device_get_properties_args* args);
+  halo_error* (*device_open)(halo_device_open_args* args);
+  void (*device_destroy)(halo_device* device);
+
+  /* Models. */
+  halo_error* (*prepare)(halo_prepare_args* args);
+  void (*executable_destroy)(halo_executable* executable);
+
+  /* KV cache. */
+  halo_error* (*kv_cache_create)(halo_kv_cache_create_args* args);
+  halo_error* (*kv_cache_copy_blocks)(halo_kv_cache_copy_blocks_args* args);
+  void (*kv_cache_destroy)(halo_kv_cache* kv_cache);
+
+  /* Steps. */
+  halo_error* (*execute)(halo_execute_args* args);
+
+  /* Buffers (HALO_CAP_BUFFERS; NULL otherwise). */
+  halo_error* (*buffer_from_host)(halo_buffer_from_host_args* args);
+  halo_error* (*buffer_to_host)(halo_buffer_to_host_args* args);
+  void (*buffer_destroy)(halo_buffer* buffer);
+
+  /* v1.1 (NULL when unsupported; check struct_size first). */
+  halo_error* (*compile)(halo_compile_args* args);
+  halo_error* (*device_get_stats)(halo_device_get_stats_args* args);
+} halo_plugin_api;
+
+typedef const halo_plugin_api* (*halo_plugin_get_api_fn)(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* HALO_DEVICE_ABI_H_ */
