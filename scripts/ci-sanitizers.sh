@@ -103,7 +103,7 @@ run_fuzz() {
   begin "fuzz (${fuzz_time}s per target)"
   local cxx="${CXX_FUZZ:-clang++-16}" cc="${CC_FUZZ:-clang-16}"
   if ! command -v "$cxx" >/dev/null; then
-    finish fuzz skipped "$cxx not found: scripts/install-deps.sh --test installs clang-16 and libclang-rt-16-dev"; return
+    finish fuzz skipped "$cxx not found: scripts/install-deps.sh --fuzz installs clang-16 and libclang-rt-16-dev"; return
   fi
   local rt
   rt=$("$cxx" -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)

@@ -55,7 +55,7 @@ fi
 export CC="${CC:-clang}" CXX
 if ((do_build)); then
   if ! command -v "$CXX" >/dev/null; then
-    echo "fuzz.sh: $CXX not found: apt-get install clang-16 libclang-rt-16-dev (scripts/install-deps.sh --test)" >&2
+    echo "fuzz.sh: $CXX not found: apt-get install clang-16 libclang-rt-16-dev (scripts/install-deps.sh --fuzz)" >&2
     exit 3
   fi
   gen=(); command -v ninja >/dev/null && gen=(-G Ninja)

@@ -4,6 +4,7 @@
 # missing, so a second run does nothing.
 #   scripts/install-deps.sh          build dependencies
 #   scripts/install-deps.sh --test   also the test references (numpy, jinja2, node)
+#   scripts/install-deps.sh --fuzz   also clang 16 and libFuzzer (scripts/fuzz.sh)
 set -euo pipefail
 
 build_pkgs=(
@@ -18,11 +19,13 @@ build_pkgs=(
   # The quick start's example request.
   curl
 )
-# clang-16 + libFuzzer: the fuzz targets (scripts/fuzz.sh, scripts/ci-sanitizers.sh).
-test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm clang-16 libclang-rt-16-dev)
+test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm)
+# clang-16 + libFuzzer: the fuzz targets (scripts/fuzz.sh, scripts/ci-sanitizers.sh fuzz).
+fuzz_pkgs=(clang-16 libclang-rt-16-dev)
 
 want=("${build_pkgs[@]}")
 if [[ "${1:-}" == "--test" ]]; then want+=("${test_pkgs[@]}"); fi
+if [[ "${1:-}" == "--fuzz" ]]; then want+=("${fuzz_pkgs[@]}"); fi
 
 missing=()
 for p in "${want[@]}"; do

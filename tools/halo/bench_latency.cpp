@@ -112,7 +112,10 @@ struct GeneratedModel {
   }
 };
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under a sanitizer: the clones' ifunc resolver runs during relocation,
+// before the sanitizer's runtime is up, and its instrumented code crashes there.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define HALO_FILL_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define HALO_FILL_CLONES

@@ -18,7 +18,10 @@ namespace {
 // Eight independent accumulators so the loop is bound by loads, not by one
 // add chain; the compiler vectorizes it (AVX-512 / AVX2 clones picked at load
 // time when the CPU has them).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under a sanitizer: the clones' ifunc resolver runs during relocation,
+// before the sanitizer's runtime is up, and its instrumented code crashes there.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 uint64_t
