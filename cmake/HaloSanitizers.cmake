@@ -70,3 +70,13 @@ if(HALO_SANITIZE)
   set(HALO_CONFORMANCE_ASAN OFF CACHE BOOL "" FORCE)
   message(STATUS "halo: sanitizers: ${_halo_san}")
 endif()
+
+# How much slower than Release the tests' programs run: timing-bound tests
+# (the serve end-to-end suites) multiply their waits, latency bounds and
+# ctest TIMEOUT by it (environment HALO_TEST_SLOWDOWN).
+set(HALO_TEST_SLOWDOWN 1)
+if("thread" IN_LIST HALO_SANITIZE)
+  set(HALO_TEST_SLOWDOWN 10)
+elseif("address" IN_LIST HALO_SANITIZE)
+  set(HALO_TEST_SLOWDOWN 3)
+endif()

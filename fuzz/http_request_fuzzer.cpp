@@ -1,16 +1,16 @@
 // The HTTP/1.1 request head and body (chunked or Content-Length) as
-// core/serve/http_server.cpp reads them: a Beast request_parser<string_body>
-// with the server's header limit (64 KiB) and a body limit, fed the bytes in
-// pieces the way async_read_header + async_read do, then the request turned
-// into halo's HttpRequest (method, target, path, lower-cased headers, body,
-// keep-alive, version). Several requests may follow each other on one
+// core/serve/http_server.cpp reads them, through the same code
+// (serve/http_message.h): a Beast request_parser<string_body> with the
+// server's limits, fed the bytes in pieces the way async_read_header +
+// async_read do; the head's framing check (a refused head ends the
+// connection, as the server answers 400 and closes); then the request turned
+// into halo's HttpRequest. Several requests may follow each other on one
 // connection (keep-alive): the leftover bytes are parsed as the next one.
 //
 // The first input byte picks the read size (1..256 bytes per read) and
 // whether the body limit is small (1 KiB, as serve_unit_test) or the
 // server's default (16 MiB).
 #include <algorithm>
-#include <cctype>
 #include <cstring>
 #include <optional>
 
@@ -18,26 +18,11 @@
 #include <boost/beast/http.hpp>
 
 #include "fuzz_util.h"
+#include "serve/http_message.h"
 
 namespace beast = boost::beast;
 namespace http = beast::http;
-
-namespace {
-
-std::string lower(std::string_view s) {
-  std::string r(s);
-  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return r;
-}
-
-struct Request {
-  std::string method, target, path, body;
-  std::vector<std::pair<std::string, std::string>> headers;
-  bool keep_alive = false;
-  unsigned version = 0;
-};
-
-}  // namespace
+namespace detail = halo::serve::http_detail;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
@@ -58,10 +43,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
 
   for (int requests = 0; requests < 16; ++requests) {
-    std::optional<http::request_parser<http::string_body>> parser;
+    std::optional<detail::RequestParser> parser;
     parser.emplace();
-    parser->body_limit(body_limit);
-    parser->header_limit(64 * 1024);
+    detail::set_limits(*parser, body_limit);
     beast::error_code ec;
     // async_read_header, then async_read: put() what is buffered, read more
     // when the parser needs it, put_eof() at the end of the stream.
@@ -71,6 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (header_phase) {
           header_phase = false;
           const auto& req = parser->get();
+          if (!detail::framing_error(req).empty()) return 0;  // 400, connection closed
           (void)beast::iequals(req[http::field::expect], "100-continue");
           continue;
         }
@@ -99,14 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (ec) break;  // the server answers 400/413/431 or closes
     auto msg = parser->release();
-    Request req;
-    req.method = std::string(msg.method_string());
-    req.target = std::string(msg.target());
-    req.path = req.target.substr(0, req.target.find('?'));
-    for (const auto& f : msg) req.headers.emplace_back(lower(f.name_string()), std::string(f.value()));
-    req.body = std::move(msg.body());
-    req.keep_alive = msg.keep_alive();
-    req.version = msg.version();
+    const auto req = detail::to_http_request(std::move(msg), "fuzz");
     if (req.body.size() > body_limit) std::abort();  // the limit must hold
     if (!req.keep_alive) break;
   }

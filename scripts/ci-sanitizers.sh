@@ -72,14 +72,19 @@ run_asan() {
   fi
   # Leaks in third-party code that never frees its one-time state.
   printf '%s\n' 'leak:libdnnl' 'leak:libgomp' 'leak:libcurl' 'leak:libcrypto' > "$b/lsan.supp"
-  local exclude=()
-  if ((quick)); then
-    # The slowest tests under ASan (numeric model references, full-size
-    # conformance goldens); they run in the full mode.
-    exclude=(-E '^(Reference\.|reference_forward|conformance_cpu_bf16$|text\.compare_tokenizers_with_hf$)')
-  fi
-  ( asan_env; ctest --test-dir "$b" --output-on-failure --timeout 1200 "${exclude[@]}" )
-  if (($? == 0)); then finish asan passed; else finish asan failed "ctest"; fi
+  # Always excluded from the main run: Numerics.OneDnnMatmulBackend, whose
+  # exit-time leak scan dies in oneDNN's libgomp worker threads ("Tracer
+  # caught signal 11"); it runs on its own with leak detection off.
+  local onednn='Numerics\.OneDnnMatmulBackend$' exclude ok=1
+  exclude="^($onednn"
+  # --quick: also the slowest tests under ASan (numeric model references,
+  # full-size conformance goldens); they run in the full mode.
+  ((quick)) && exclude+='|Reference\.|reference_forward|conformance_cpu_bf16$|text\.compare_tokenizers_with_hf$'
+  exclude+=')'
+  ( asan_env; ctest --test-dir "$b" --output-on-failure --timeout 1200 -E "$exclude" ) || ok=0
+  ( asan_env; export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
+    ctest --test-dir "$b" --output-on-failure --no-tests=error -R "^$onednn" ) || ok=0
+  if ((ok)); then finish asan passed; else finish asan failed "ctest"; fi
 }
 
 run_tsan() {

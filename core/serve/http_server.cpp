@@ -21,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "serve/http_message.h"
 
 namespace halo::serve {
 
@@ -38,36 +39,6 @@ const std::string& HttpRequest::header(const std::string& lower_name) const {
 
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-// Why the body's framing is ambiguous, or "". Beast takes a Transfer-Encoding
-// whose last coding is not chunked as "no body" (the body's bytes would then
-// be parsed as the next request), decodes only the chunked part of e.g.
-// "gzip, chunked", and lets Content-Length follow such a Transfer-Encoding.
-// A proxy in front may frame the same bytes differently, so RFC 9112 section
-// 6.1 applies strictly: exactly `chunked`, never with Content-Length.
-template <class Message>
-std::string framing_error(const Message& req) {
-  std::string codings;
-  size_t count = 0;
-  for (const auto& f : req) {
-    if (f.name() != http::field::transfer_encoding) continue;
-    codings += (count++ ? ", " : "") + std::string(f.value());
-  }
-  if (count == 0) return {};
-  // RFC 9112 section 6.1: HTTP/1.0 has no transfer codings; such framing is faulty.
-  if (req.version() < 11) return "Transfer-Encoding is not allowed in an HTTP/1.0 request";
-  if (count > 1 || !beast::iequals(trim(codings), "chunked"))
-    return fmt::format("Transfer-Encoding '{}' is not supported: halo decodes only 'chunked'", codings);
-  if (req.find(http::field::content_length) != req.end())
-    return "a request must not carry both Transfer-Encoding and Content-Length";
-  return {};
-}
-
 // What every connection shares with the server.
 struct ServerState {
   HttpServerOptions opts;
@@ -79,12 +50,6 @@ struct ServerState {
 std::string status_line(int status) {
   auto reason = http::obsolete_reason(http::int_to_status(static_cast<unsigned>(status)));
   return fmt::format("HTTP/1.1 {} {}\r\n", status, std::string_view(reason.data(), reason.size()));
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 std::string error_json(const std::string& type, const std::string& message) {
@@ -186,8 +151,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (closed_) return;
     phase_ = Phase::kReading;
     parser_.emplace();
-    parser_->body_limit(server_->opts.max_body_bytes);
-    parser_->header_limit(64 * 1024);
+    http_detail::set_limits(*parser_, server_->opts.max_body_bytes);
     stream_.expires_after(server_->opts.idle_timeout);
     http::async_read_header(stream_, buffer_, *parser_,
                             beast::bind_front_handler(&Session::on_header, shared_from_this()));
@@ -196,7 +160,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_header(beast::error_code ec, std::size_t) {
     if (ec) return on_read_error(ec);
     const auto& req = parser_->get();
-    if (std::string why = framing_error(req); !why.empty()) {
+    if (std::string why = http_detail::framing_error(req); !why.empty()) {
       spdlog::debug("{}: {}: 400", remote_, why);
       return send_and_close(400, "BadRequestError", why);
     }
@@ -212,16 +176,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) return on_read_error(ec);
     auto msg = parser_->release();
     parser_.reset();
-    HttpRequest req;
-    req.method = std::string(msg.method_string());
-    req.target = std::string(msg.target());
-    req.path = req.target.substr(0, req.target.find('?'));
-    for (const auto& f : msg) req.headers.emplace_back(lower(f.name_string()), std::string(f.value()));
-    req.body = std::move(msg.body());
-    req.keep_alive = msg.keep_alive();
-    req.remote = remote_;
     http11_ = msg.version() >= 11;
-    handle(std::move(req));
+    handle(http_detail::to_http_request(std::move(msg), remote_));
   }
 
   void on_read_error(beast::error_code ec) {
@@ -376,7 +332,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http_detail::RequestParser> parser_;
   std::shared_ptr<ServerState> server_;
   std::string remote_ = "?";
   Phase phase_ = Phase::kReading;

@@ -15,7 +15,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  MODEL, openConnections, post, probeHealth, rawExchange, serveHasFlag, sleep, startHalo, stillServing, whileInFlight,
+  MODEL, openConnections, post, probeHealth, rawExchange, scaled, serveHasFlag, sleep, startHalo, stillServing,
+  whileInFlight,
 } from './hostile_lib.mjs';
 
 const TRUST = '--trust-request-chat-template';
@@ -60,7 +61,7 @@ async function hostile(key, attack) {
 const is4xx = (s) => typeof s === 'number' && s >= 400 && s < 500;
 const errorMessage = (r) => String(r.json?.error?.message ?? r.json?.error ?? r.json?.message ?? r.text);
 const want4xx = (r) => (is4xx(r.status) ? [] : [`status ${r.status} (want 4xx): ${r.text.slice(0, 200)}`]);
-const T = { timeout: 40000 };
+const T = { timeout: scaled(40000) };
 
 const CHAT = '/v1/chat/completions';
 const CMPL = '/v1/completions';

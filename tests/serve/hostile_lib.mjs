@@ -8,8 +8,13 @@ import { performance } from 'node:perf_hooks';
 import { HALO } from './lib.mjs';
 
 export const MODEL = 'pkgchat-5m';
-export const HEALTH_MEDIAN_MS = 100;  // median of the probes
-export const HEALTH_MAX_MS = 1000;    // hard ceiling on any one probe
+// A sanitizer build runs the server several times slower; the build sets
+// HALO_TEST_SLOWDOWN (cmake/HaloSanitizers.cmake: 3 under ASan, 10 under
+// TSan) and every wait and latency bound here is multiplied by it.
+export const SLOWDOWN = Number(process.env.HALO_TEST_SLOWDOWN) || 1;
+export const scaled = (ms) => ms * SLOWDOWN;
+export const HEALTH_MEDIAN_MS = scaled(100);  // median of the probes
+export const HEALTH_MAX_MS = scaled(1000);    // hard ceiling on any one probe
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const median = (v) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
@@ -29,7 +34,8 @@ export async function startHalo(args = [], timeoutMs = 30000) {
   proc.stderr.on('data', (d) => { stderr = (stderr + d).slice(-20000); });
   const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
   const url = await new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`halo serve not ready in ${timeoutMs} ms:\n${stderr}`)), timeoutMs);
+    const t = setTimeout(() => reject(new Error(`halo serve not ready in ${scaled(timeoutMs)} ms:\n${stderr}`)),
+      scaled(timeoutMs));
     proc.stdout.on('data', (d) => {
       stdout += d;
       const m = stdout.match(/ready at (http:\/\/127\.0\.0\.1:\d+)\/v1/);
@@ -51,7 +57,7 @@ export async function startHalo(args = [], timeoutMs = 30000) {
     async stop(timeout = 10000) {
       if (proc.exitCode !== null || proc.signalCode !== null) return { code: proc.exitCode, signal: proc.signalCode };
       proc.kill('SIGTERM');
-      const t = setTimeout(() => proc.kill('SIGKILL'), timeout);
+      const t = setTimeout(() => proc.kill('SIGKILL'), scaled(timeout));
       const res = await exited;
       clearTimeout(t);
       return res;
@@ -73,7 +79,7 @@ export async function post(url, body, { headers = {}, timeoutMs = 5000 } = {}) {
       method: 'POST',
       headers: { 'Content-Type': 'application/json', ...headers },
       body: payload,
-      signal: AbortSignal.timeout(timeoutMs),
+      signal: AbortSignal.timeout(scaled(timeoutMs)),
     });
     const text = await r.text();
     let json = null;
@@ -173,7 +179,7 @@ export function rawExchange(port, payload, { timeoutMs = 2000 } = {}) {
       const data = Buffer.concat(chunks).toString('latin1');
       resolve({ data, closed, error, statuses: responseStatuses(data) });
     };
-    const timer = setTimeout(finish, timeoutMs);
+    const timer = setTimeout(finish, scaled(timeoutMs));
     sock.on('data', (d) => chunks.push(d));
     sock.on('end', () => { closed = true; finish(); });
     sock.on('close', () => { closed = true; finish(); });
