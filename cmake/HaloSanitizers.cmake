@@ -76,7 +76,7 @@ endif()
 # ctest TIMEOUT by it (environment HALO_TEST_SLOWDOWN).
 set(HALO_TEST_SLOWDOWN 1)
 if("thread" IN_LIST HALO_SANITIZE)
-  set(HALO_TEST_SLOWDOWN 10)
+  set(HALO_TEST_SLOWDOWN 20)
 elseif("address" IN_LIST HALO_SANITIZE)
   set(HALO_TEST_SLOWDOWN 3)
 endif()

@@ -5,7 +5,8 @@
 #         suites (ctest), halo and its plugins instrumented
 #   tsan  GCC, -DHALO_SANITIZE=thread: the engine and server concurrency tests
 #         (AsyncEngine/engine tests, engine_behaviour_test, serve_unit_test,
-#         the serve e2e tests load, disconnect, admission)
+#         serving_core_test, the serve e2e tests load, disconnect,
+#         admission, hostile)
 #   fuzz  clang + libFuzzer: every target of fuzz/ for a short bounded run
 #         (scripts/fuzz.sh), after replaying the reproducers of fixed crashes
 #
@@ -91,7 +92,7 @@ run_tsan() {
   begin "tsan (thread): engine and server concurrency tests"
   local b="$root/build-tsan"
   if ! cmake -S . -B "$b" "${gen[@]}" "${common[@]}" -DHALO_BUILD_TESTS=ON -DHALO_SANITIZE=thread >/dev/null ||
-     ! cmake --build "$b" -j "$jobs" --target engine_test engine_behaviour_test serve_unit_test halo halo_plugin_cpu; then
+     ! cmake --build "$b" -j "$jobs" --target engine_test engine_behaviour_test serve_unit_test serving_core_test halo halo_plugin_cpu; then
     finish tsan failed "build"; return
   fi
   # libgomp (oneDNN's runtime) is not instrumented: its synchronisation is invisible to TSan.
@@ -99,7 +100,7 @@ run_tsan() {
   (
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$b/tsan.supp"
     ctest --test-dir "$b" --output-on-failure --timeout 1200 \
-      -R '^((AsyncEngine|Engine[A-Za-z]*|Scheduler|KvBlockManager|PrefixCache|Sampler|SamplingParams|HttpServer|ParseSampling|ApiErrors)\.|serve_(load|disconnect|admission|hostile)$)'
+      -R '^((AsyncEngine|Engine[A-Za-z]*|Scheduler|KvBlockManager|PrefixCache|Sampler|SamplingParams|HttpServer|ParseSampling|ApiErrors|ServingCore)\.|serve_(load|disconnect|admission|hostile)$)'
   )
   if (($? == 0)); then finish tsan passed; else finish tsan failed "ctest"; fi
 }

@@ -43,7 +43,7 @@ std::string capability_names(uint32_t caps) {
       {HALO_CAP_DTYPE_FP32, "fp32"},           {HALO_CAP_DTYPE_BF16, "bf16"},
       {HALO_CAP_DTYPE_FP16, "fp16"},           {HALO_CAP_CHUNKED_PREFILL, "chunked-prefill"},
       {HALO_CAP_MIXED_BATCH, "mixed-batch"},   {HALO_CAP_STATIC_SHAPES, "static-shapes"},
-      {HALO_CAP_BUFFERS, "buffers"}};
+      {HALO_CAP_BUFFERS, "buffers"},           {HALO_CAP_TENSOR_PARALLEL, "tensor-parallel"}};
   std::string out;
   for (auto [bit, name] : kNames) {
     if (caps & bit) out.append(out.empty() ? "" : ",").append(name);
@@ -276,6 +276,12 @@ DeviceInfo Plugin::device_info(int index) const {
   info.max_batch_size = props.max_batch_size;
   info.required_block_size = props.required_block_size;
   info.max_model_len = props.max_model_len;
+  // v1.3 facts. kv_cache_dtypes lies in the tail padding of the v1.2 struct,
+  // so the plugin's minor version, not struct_size, says whether it answered.
+  if (api_->abi_major == 1 && api_->abi_minor >= 3) {
+    info.kv_cache_dtypes = props.kv_cache_dtypes;
+    info.compute_dtypes = props.compute_dtypes;
+  }
   return info;
 }
 

@@ -44,6 +44,8 @@ struct DeviceInfo {
   int max_batch_size = 0;
   int required_block_size = 0;
   int max_model_len = 0;
+  uint32_t kv_cache_dtypes = 0;  // HALO_DTYPE_BIT set (v1.3); 0: not said
+  uint32_t compute_dtypes = 0;   // what the option "dtype" takes (v1.3); 0: no such option
 };
 std::string kind_name(halo_device_kind kind);
 

@@ -24,19 +24,6 @@ std::string human_bytes(double b) {
 }
 }  // namespace
 
-int32_t parse_kv_cache_dtype(const std::string& s) {
-  std::string v;
-  for (char c : s) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (v.empty() || v == "auto") return HALO_KV_DTYPE_AUTO;
-  if (v == "fp32" || v == "float32" || v == "float") return HALO_KV_DTYPE_FP32;
-  if (v == "bf16" || v == "bfloat16") return HALO_KV_DTYPE_BF16;
-  if (v == "fp16" || v == "float16" || v == "half") return HALO_KV_DTYPE_FP16;
-  throw Error(fmt::format(
-      "--kv-cache-dtype={}: expected auto, fp32 (float32), bf16 (bfloat16) or fp16 (float16, half)",
-      s));
-}
-
-
 LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::LoadedModel> model)
     : config_(config), model_(std::move(model)) {
   const auto& mc = model_->config();
@@ -53,45 +40,11 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
     throw Error(fmt::format("--max-model-len={} exceeds the model's max_position_embeddings={}",
                             config_.max_model_len, mc.max_position_embeddings));
   }
-  limits_.struct_size = sizeof(limits_);
-  limits_.max_num_seqs = config_.max_num_seqs;
-  limits_.max_model_len = config_.max_model_len;
-  limits_.max_num_batched_tokens = config_.max_num_batched_tokens;
-  limits_.block_size = config_.block_size;
-  const int32_t kv_dtype_asked = parse_kv_cache_dtype(config_.kv_cache_dtype);
-  limits_.kv_cache_dtype = kv_dtype_asked;
-  if (kv_dtype_asked != HALO_KV_DTYPE_AUTO && plugin_->api().abi_minor < 2)
-    throw Error(fmt::format(
-        "--kv-cache-dtype={} needs a plugin of ABI v1.2 or later; plugin '{}' is v{}.{}",
-        config_.kv_cache_dtype, plugin_->name(), plugin_->api().abi_major,
-        plugin_->api().abi_minor));
+  limits_ = propose_limits(config_, *plugin_);
   std::vector<halo_named_tensor> weights(model_->weights().begin(), model_->weights().end());
   executable_ = std::make_shared<device::Executable>(device_, spec, weights, limits_, options);
   limits_ = executable_->limits();
-  // A flag the device cannot honour is an error naming both values, never a silent change.
-  auto agree = [&](const char* flag, int asked, int agreed) {
-    if (asked > 0 && asked != agreed)
-      throw Error(
-          fmt::format("{}={} contradicts the device: plugin '{}' runs this model with {}={}", flag,
-                      asked, plugin_->name(), flag + 2, agreed));
-  };
-  agree("--max-num-seqs", config_.max_num_seqs, limits_.max_num_seqs);
-  agree("--max-model-len", config_.max_model_len, limits_.max_model_len);
-  agree("--max-num-batched-tokens", config_.max_num_batched_tokens, limits_.max_num_batched_tokens);
-  agree("--block-size", config_.block_size, limits_.block_size);
-  if (kv_dtype_asked != HALO_KV_DTYPE_AUTO && limits_.kv_cache_dtype != kv_dtype_asked)
-    throw Error(fmt::format(
-        "--kv-cache-dtype={} contradicts the device: plugin '{}' stores the KV cache as {}",
-        halo_kv_dtype_name(kv_dtype_asked), plugin_->name(),
-        halo_kv_dtype_name(limits_.kv_cache_dtype)));
-  if (limits_.max_num_seqs <= 0 || limits_.max_model_len <= 0 ||
-      limits_.max_num_batched_tokens <= 0 || limits_.block_size <= 0) {
-    throw Error(
-        fmt::format("plugin '{}' returned incomplete limits: max_num_seqs={} max_model_len={} "
-                    "max_num_batched_tokens={} block_size={}",
-                    plugin_->name(), limits_.max_num_seqs, limits_.max_model_len,
-                    limits_.max_num_batched_tokens, limits_.block_size));
-  }
+  check_agreed_limits(config_, limits_, *plugin_);
   if (!config_.enable_chunked_prefill && limits_.max_num_batched_tokens < limits_.max_model_len) {
     throw Error(
         fmt::format("without chunked prefill --max-num-batched-tokens={} must be at least "
@@ -102,7 +55,6 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   // KV arithmetic: how many blocks the budget buys, logged so users can check it.
   const int bs = limits_.block_size;
   const uint64_t per_block = limits_.kv_bytes_per_block;
-  if (per_block == 0 || bs <= 0) throw Error("device returned an empty KV block size");
   const uint64_t per_token = per_block / bs;
   int64_t num_blocks = 0;
   std::string source;

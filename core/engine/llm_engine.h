@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "device/plugin.h"
+#include "engine/engine_config.h"
 #include "engine/kv_block_manager.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
@@ -17,31 +18,6 @@
 #include "model/model_loader.h"
 
 namespace halo::engine {
-
-// Engine flags, named as vLLM names them. 0 means "the device's choice"; a
-// value set explicitly that the device cannot honour is an error.
-struct EngineConfig {
-  std::string device = "cpu";
-  int device_index = 0;
-  int max_num_seqs = 0;            // CPU: 256
-  int max_model_len = 0;           // CPU: the model's max_position_embeddings
-  int max_num_batched_tokens = 0;  // CPU: max(2048, max_model_len)
-  int block_size = 0;              // CPU: 16
-  uint64_t kv_cache_memory = 0;    // bytes for KV; wins over the fraction
-  float device_memory_utilization = 0.9f;
-  int64_t max_kv_tokens = 0;  // like TensorRT-LLM's max_tokens_in_paged_kv_cache
-  bool enable_chunked_prefill = true;
-  bool enable_prefix_caching = false;  // reuse KV blocks of shared prompt prefixes
-  uint64_t seed = 0;
-  int threads = 0;  // plugin option "threads"; 0 = all cores
-  std::string kv_cache_dtype =
-      "auto";  // auto | fp32 | bf16 | fp16 (ABI v1.2 limits.kv_cache_dtype)
-  device::Options plugin_options;
-};
-
-// --kv-cache-dtype as the ABI's halo_kv_dtype; throws halo::Error naming the
-// accepted spellings (auto, fp32/float32, bf16/bfloat16, fp16/float16/half).
-int32_t parse_kv_cache_dtype(const std::string& s);
 
 struct RequestOutput {
   std::string request_id;

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "text/jinja/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace halo::serve {
 
@@ -429,5 +431,26 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
   }
   return r;
 }
+
+const char* finish_name(engine::FinishReason r) {
+  switch (r) {
+    case engine::FinishReason::kStop: return "stop";
+    case engine::FinishReason::kLength: return "length";
+    case engine::FinishReason::kAbort: return "abort";
+    default: return nullptr;
+  }
+}
+
+std::string token_text(const text::Tokenizer& tok, int32_t id) {
+  try {
+    text::Tokenizer::DecodeControl c;
+    c.at_sequence_start = false;
+    return tok.decode(std::span<const int32_t>(&id, 1), false, c);
+  } catch (const std::exception&) {
+    return fmt::format("token_id:{}", id);
+  }
+}
+
+double finite_logprob(float v) { return std::isfinite(v) ? double(v) : -9999.0; }
 
 }  // namespace halo::serve

@@ -1,10 +1,10 @@
 #include "serve/http_message.h"
 
-#include <cctype>
+#include <fmt/format.h>
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
-#include <fmt/format.h>
+#include <cctype>
 
 namespace halo::serve::http_detail {
 
@@ -49,7 +49,8 @@ std::string framing_error(const http::request_header<>& head) {
   // RFC 9112 section 6.1: HTTP/1.0 has no transfer codings; such framing is faulty.
   if (head.version() < 11) return "Transfer-Encoding is not allowed in an HTTP/1.0 request";
   if (count > 1 || !beast::iequals(trim(codings), "chunked"))
-    return fmt::format("Transfer-Encoding '{}' is not supported: halo decodes only 'chunked'", codings);
+    return fmt::format("Transfer-Encoding '{}' is not supported: halo decodes only 'chunked'",
+                       codings);
   if (head.find(http::field::content_length) != head.end())
     return "a request must not carry both Transfer-Encoding and Content-Length";
   return {};
@@ -60,7 +61,8 @@ HttpRequest to_http_request(BeastRequest&& msg, std::string remote) {
   req.method = std::string(msg.method_string());
   req.target = std::string(msg.target());
   req.path = req.target.substr(0, req.target.find('?'));
-  for (const auto& f : msg) req.headers.emplace_back(lower(f.name_string()), std::string(f.value()));
+  for (const auto& f : msg)
+    req.headers.emplace_back(lower(f.name_string()), std::string(f.value()));
   req.body = std::move(msg.body());
   req.keep_alive = msg.keep_alive();
   req.remote = std::move(remote);

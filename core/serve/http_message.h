@@ -6,12 +6,11 @@
 // the fuzzer only). Pure functions, safe on any thread.
 #pragma once
 
-#include <cstdint>
-#include <string>
-
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <cstdint>
+#include <string>
 
 #include "serve/http_server.h"
 

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "serve/openai_server.h"
+#include "serve/api_common.h"
 #include "serve/single_job.h"
 
 namespace halo::serve {
@@ -44,15 +44,6 @@ std::vector<std::string> split_path(const std::string& p) {
 std::string request_id() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return fmt::format("kserve-{:016x}", rng());
-}
-
-const char* finish_name(engine::FinishReason r) {
-  switch (r) {
-    case engine::FinishReason::kStop: return "stop";
-    case engine::FinishReason::kLength: return "length";
-    case engine::FinishReason::kAbort: return "abort";
-    default: return nullptr;
-  }
 }
 
 // The vLLM backend's and TensorRT-LLM's names for the OpenAI/vLLM sampling fields.
@@ -167,14 +158,14 @@ class KServeJob : public SingleJob {
     return j;
   }
   void add_extras(ojson& j) const {
-    if (want_finish_reason) j["finish_reason"] = finish_name(finish_reason) ? ojson(finish_name(finish_reason)) : ojson(nullptr);
+    if (want_finish_reason) j["finish_reason"] = finish_name(output().finish_reason) ? ojson(finish_name(output().finish_reason)) : ojson(nullptr);
     if (want_input_tokens) j["num_input_tokens"] = prompt_ids.size();
-    if (want_output_tokens) j["num_output_tokens"] = tokens.size();
+    if (want_output_tokens) j["num_output_tokens"] = output().tokens.size();
   }
   // The whole output text, without the end_id token when that ended it.
   std::string output_text() const {
-    if (!end_id || tokens.empty() || tokens.back() != *end_id || stop_reason != std::to_string(*end_id)) return text;
-    return model->tokenizer().decode(std::span<const int32_t>(tokens.data(), tokens.size() - 1),
+    if (!end_id || output().tokens.empty() || output().tokens.back() != *end_id || output().stop_reason != std::to_string(*end_id)) return output().text;
+    return model->tokenizer().decode(std::span<const int32_t>(output().tokens.data(), output().tokens.size() - 1),
                                      options.skip_special_tokens);
   }
   // TensorRT-LLM's output_log_probs (one per token of this output) and
@@ -183,9 +174,9 @@ class KServeJob : public SingleJob {
     if (!want_log_probs) return;
     ojson lp = ojson::array();
     double cum = 0;
-    for (size_t i = 0; i < logprobs.size(); ++i) {
-      cum += logprobs[i].logprob;
-      if (i >= first) lp.push_back(logprobs[i].logprob);
+    for (size_t i = 0; i < output().logprobs.size(); ++i) {
+      cum += output().logprobs[i].logprob;
+      if (i >= first) lp.push_back(output().logprobs[i].logprob);
     }
     j["cum_log_probs"] = cum;
     j["output_log_probs"] = std::move(lp);
@@ -203,14 +194,14 @@ class KServeJob : public SingleJob {
     ojson j = head();
     j["text_output"] = ev.text;
     if (ev.finished && end_id) {  // the last piece, less the end token's text
-      const std::string sent = text.substr(0, text.size() - ev.text.size()), all = output_text();
+      const std::string sent = output().text.substr(0, output().text.size() - ev.text.size()), all = output_text();
       if (all.starts_with(sent)) j["text_output"] = all.substr(sent.size());
     }
     add_log_probs(j, first_token);
     if (ev.finished) add_extras(j);
     sse(out, j);
   }
-  void write_error(std::string& out) override { sse(out, ojson{{"error", error}}); }
+  void write_error(std::string& out) override { sse(out, ojson{{"error", gen().error()}}); }
   void write_end(std::string&) override {}
   HttpResponse response() override {
     ojson j = head();
@@ -255,19 +246,19 @@ HttpResponse KServeFrontend::route(HttpRequest& req, const std::shared_ptr<Respo
     only("GET");
     if (parts[2] == "live") return HttpResponse{200, "application/json", "", {}};
     if (parts[2] == "ready")
-      return core_.ready() ? HttpResponse{200, "application/json", "", {}} : triton_error(503, "not ready");
+      return ctx_.core().ready() ? HttpResponse{200, "application/json", "", {}} : triton_error(503, "not ready");
   }
   if (parts.size() == 1) {
     only("GET");
     return json_ok(ojson{{"name", "halo"}, {"version", version_}, {"extensions", ojson::array({"generate"})}});
   }
-  core_.check_auth(req);
+  ctx_.check_auth(req);
   if (parts.size() == 3 && parts[1] == "repository" && parts[2] == "index") {
     only("POST");
     ojson list = ojson::array();
-    for (const auto& sm : core_.served_models())
+    for (const auto& sm : ctx_.core().served_models())
       list.push_back(ojson{{"name", sm->name()}, {"version", sm->version}, {"state", "READY"}});
-    for (const auto& r : core_.refused_models())
+    for (const auto& r : ctx_.core().refused_models())
       list.push_back(ojson{{"name", r.name}, {"state", "UNAVAILABLE"}, {"reason", r.reason}});
     return json_ok(list);
   }
@@ -285,7 +276,7 @@ HttpResponse KServeFrontend::route(HttpRequest& req, const std::shared_ptr<Respo
     throw ApiError(404, fmt::format("Not Found: {} {}", m, req.path));
   std::shared_ptr<const ServedModel> model;
   try {
-    model = core_.find_model(&name);
+    model = ctx_.core().find_model(&name);
   } catch (const ApiError& e) {
     if (action == "ready" && e.status() == 404) return triton_error(400, e.what());
     throw;
@@ -325,10 +316,10 @@ HttpResponse KServeFrontend::route(HttpRequest& req, const std::shared_ptr<Respo
   if (action == "infer")
     throw ApiError(400, "halo serves the KServe generate extension: POST .../generate or .../generate_stream with "
                         "{\"text_input\": ...}; tensor inference (/infer) is not supported");
-  if (core_.draining()) throw ApiError(503, "the server is shutting down");
+  if (ctx_.core().draining()) throw ApiError(503, "the server is shutting down");
   // Parsed and tokenized off the I/O thread.
   auto owned = std::make_shared<HttpRequest>(std::move(req));
-  core_.preprocess(res, triton_api_error,
+  ctx_.preprocess(res, triton_api_error,
                    [this, owned, name, version = model->version, stream = action == "generate_stream", res] {
                      generate(*owned, name, version, stream, res);
                    });
@@ -338,9 +329,9 @@ HttpResponse KServeFrontend::route(HttpRequest& req, const std::shared_ptr<Respo
 
 void KServeFrontend::generate(const HttpRequest& req, const std::string& name, const std::string& version,
                               bool stream_route, const std::shared_ptr<Responder>& res) {
-  json body = core_.parse_request(req);
+  json body = ctx_.parse_request(req);
   auto job = std::make_shared<KServeJob>();
-  job->model = core_.find_model(&name);
+  job->model = ctx_.core().find_model(&name);
   const ServedModel& m = *job->model;
   job->model_name = name;
   job->model_version = version;
@@ -359,7 +350,7 @@ void KServeFrontend::generate(const HttpRequest& req, const std::string& name, c
   if (auto it = body.find("sampling_parameters"); it != body.end() && !it->is_null()) {
     json sp = unwrap(*it);
     if (sp.is_string())
-      sp = parse_request_json(sp.get<std::string>(), core_.limits().max_json_depth, "'sampling_parameters'");
+      sp = parse_request_json(sp.get<std::string>(), ctx_.core().limits().max_json_depth, "'sampling_parameters'");
     merge_into(params, sp, "sampling_parameters");
   }
   if (!text_input.is_string()) throw ApiError(400, "'text_input' (a string) is required");
@@ -400,14 +391,14 @@ void KServeFrontend::generate(const HttpRequest& req, const std::string& name, c
     job->options.sampling.stop_token_ids.push_back(*job->end_id);
   }
   if (job->want_log_probs && job->options.sampling.logprobs < 0) job->options.sampling.logprobs = 0;
-  core_.check_prompt_bytes(m, job->prompt.size(), "text_input");
+  ctx_.core().check_prompt_bytes(m, job->prompt.size(), "text_input");
   job->prompt_ids = m.tokenizer().encode(job->prompt, true);
   if (job->prompt_ids.empty()) throw ApiError(400, "'text_input' is empty");
   job->options.sampling.max_tokens = resolve_max_tokens(sreq, Endpoint::kGenerate, static_cast<int>(job->prompt_ids.size()),
                                                         m.max_model_len, m.defaults.generation);
   job->id = request_id();
   f.log_unknown(req.path);
-  core_.start_single(job, res);
+  start_single(ctx_, job, res);
 }
 
 }  // namespace halo::serve

@@ -1,6 +1,6 @@
 #pragma once
-// KServe v2 / Triton HTTP with the generate extension, over the models of an
-// OpenAIServer (same engines, admission, sampling mapping and stream pump):
+// KServe v2 / Triton HTTP with the generate extension, a codec over the
+// ServingCore (same models, admission and stream pump as the other frontends):
 //   GET  /v2, /v2/health/live, /v2/health/ready
 //   GET  /v2/models/{name}[/versions/{v}], .../ready, .../config
 //   POST /v2/models/{name}[/versions/{v}]/generate, .../generate_stream (SSE)
@@ -13,12 +13,12 @@
 
 namespace halo::serve {
 
-class OpenAIServer;
+class FrontendContext;
 
 class KServeFrontend {
  public:
-  explicit KServeFrontend(OpenAIServer& core, std::string version = "0.0.0")
-      : core_(core), version_(std::move(version)) {}
+  explicit KServeFrontend(const FrontendContext& ctx, std::string version = "0.0.0")
+      : ctx_(ctx), version_(std::move(version)) {}
   static bool owns(const std::string& path) { return path == "/v2" || path.starts_with("/v2/"); }
   void handle(HttpRequest&& request, const std::shared_ptr<Responder>& responder);
 
@@ -27,7 +27,7 @@ class KServeFrontend {
   void generate(const HttpRequest& req, const std::string& model, const std::string& version, bool stream_route,
                 const std::shared_ptr<Responder>& res);
 
-  OpenAIServer& core_;
+  const FrontendContext& ctx_;
   std::string version_;
 };
 

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "device/plugin.h"
+#include "engine/llm_engine.h"
 #include "model/model_loader.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -27,8 +28,18 @@ std::string human_bytes(uint64_t b) {
   return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[u]);
 }
 
-uint64_t kv_bytes_per_token(const model::ModelConfig& c, const std::string& device) {
-  const uint64_t elem = device == "cpu" ? 4 : 2;
+uint64_t kv_element_bytes(const model::ModelConfig& c, uint32_t device_kv_dtypes,
+                          const std::string& kv_cache_dtype) {
+  const int32_t asked = engine::parse_kv_cache_dtype(kv_cache_dtype);
+  if (asked != HALO_KV_DTYPE_AUTO) return asked == HALO_KV_DTYPE_FP32 ? 4 : 2;
+  const uint32_t bits16 = HALO_DTYPE_BIT(HALO_KV_DTYPE_BF16) | HALO_DTYPE_BIT(HALO_KV_DTYPE_FP16);
+  const std::string stored = c.torch_dtype.empty() ? "float32" : canonical_dtype(c.torch_dtype);
+  const bool checkpoint16 = stored == "bfloat16" || stored == "float16";
+  if (device_kv_dtypes == 0 || (checkpoint16 && (device_kv_dtypes & bits16))) return 2;
+  return (device_kv_dtypes & HALO_DTYPE_BIT(HALO_KV_DTYPE_FP32)) ? 4 : 2;
+}
+
+uint64_t kv_bytes_per_token(const model::ModelConfig& c, uint64_t elem) {
   return 2ull * uint64_t(std::max(0, c.spec.num_layers)) *
          uint64_t(std::max(0, c.spec.num_kv_heads)) * uint64_t(std::max(0, c.spec.head_dim)) * elem;
 }
@@ -42,10 +53,11 @@ uint64_t weight_file_bytes(const fs::path& dir) {
 }
 
 MemoryEstimate estimate_memory(const ModelSettings& s, const model::ModelConfig& c,
-                               uint64_t weights, uint64_t left) {
+                               uint64_t weights, uint64_t left, uint32_t device_kv_dtypes) {
   MemoryEstimate m;
   m.weights = weights;
-  m.kv_bytes_per_token = kv_bytes_per_token(c, s.engine.device);
+  m.kv_bytes_per_token =
+      kv_bytes_per_token(c, kv_element_bytes(c, device_kv_dtypes, s.engine.kv_cache_dtype));
   const auto& e = s.engine;
   auto from = [&](const char* key) {
     auto it = s.origin.find(key);
@@ -103,27 +115,35 @@ std::string MemoryPlan::claim(const std::string& model, const std::string& devic
   return {};
 }
 
-void check_dtype(const std::string& requested, const model::ModelConfig& cfg,
-                 const std::string& device) {
+std::string check_dtype(const std::string& requested, const model::ModelConfig& cfg,
+                        const device::DeviceInfo& device, const std::string& plugin) {
   std::string want = canonical_dtype(requested);
-  if (want == "auto") return;
-  if (want != "float16" && want != "bfloat16" && want != "float32")
+  if (want == "auto") return {};
+  static const std::pair<const char*, int32_t> kCompute[] = {{"float32", HALO_COMPUTE_DTYPE_FP32},
+                                                             {"bfloat16", HALO_COMPUTE_DTYPE_BF16},
+                                                             {"float16", HALO_COMPUTE_DTYPE_FP16}};
+  const auto* known = std::find_if(std::begin(kCompute), std::end(kCompute),
+                                   [&](const auto& k) { return want == k.first; });
+  if (known == std::end(kCompute))
     throw Error(fmt::format(
         "--dtype {}: expected auto, float16 (half), bfloat16 or float32 (float)", requested));
+  // A plugin that takes the option "dtype" computes in it, whatever the weights are stored in.
+  if (device.compute_dtypes & HALO_DTYPE_BIT(known->second)) return want;
   std::string stored = cfg.torch_dtype.empty() ? "float32" : canonical_dtype(cfg.torch_dtype);
-  if (want == stored) return;
-  // The cpu plugin takes the matmul precision as its option dtype.
-  if (device == "cpu" && (want == "float32" || want == "bfloat16")) return;
-  if (device == "cpu")
+  if (want == stored) return {};
+  if (device.compute_dtypes != 0) {
+    std::vector<std::string> takes;
+    for (const auto& [name, bit] : kCompute)
+      if (device.compute_dtypes & HALO_DTYPE_BIT(bit)) takes.push_back(name);
     throw Error(fmt::format(
-        "--dtype {}: the cpu plugin has no float16 arithmetic; it runs float16 weights in "
-        "bfloat16. Use --dtype auto, bfloat16 or float32",
-        requested));
+        "--dtype {}: the {} plugin computes in {} (its option dtype) or the stored dtype ({}). "
+        "Use --dtype auto or one of those",
+        requested, plugin, fmt::join(takes, " or "), stored));
+  }
   throw Error(
       fmt::format("--dtype {}: the checkpoint stores {} weights and the {} plugin runs the weights "
-                  "in their stored dtype. "
-                  "Use --dtype auto (or {})",
-                  requested, stored, device, stored));
+                  "in their stored dtype (it takes no dtype option). Use --dtype auto (or {})",
+                  requested, stored, plugin, stored));
 }
 
 namespace {
@@ -194,7 +214,7 @@ struct Device {
 
 }  // namespace
 
-size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& server,
+size_t load_models(const std::vector<ModelSettings>& models, ServingCore& core,
                    const LoadOptions& options) {
   MemoryPlan plan;
   std::map<std::string, Device> devices;
@@ -219,24 +239,23 @@ size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& serve
       int tp =
           s.tensor_parallel_size == 0 ? std::max(1, dev.info.num_chips) : s.tensor_parallel_size;
       if (tp > 1) {
-        if (ec.device == "cpu")
-          throw Error(
-              fmt::format("tensor-parallel-size {}: the cpu plugin runs on one device. Tensor "
-                          "parallelism is the device "
-                          "plugin's business (the rbln and cuda plugins take it as their plugin "
-                          "option tensor_parallel_size)",
-                          tp));
+        if (!(dev.info.capabilities & HALO_CAP_TENSOR_PARALLEL))
+          throw Error(fmt::format(
+              "tensor-parallel-size {}: the {} plugin runs a model on one device. Tensor "
+              "parallelism is the device plugin's business: a plugin that splits a model "
+              "declares HALO_CAP_TENSOR_PARALLEL and takes the option tensor_parallel_size",
+              tp, dev.plugin->name()));
         ec.plugin_options.emplace_back("tensor_parallel_size", std::to_string(tp));
       }
       auto config = model::load_model_config(dir);
-      check_dtype(s.dtype, config, ec.device);
-      if (ec.device == "cpu" && canonical_dtype(s.dtype) != "auto")
-        ec.plugin_options.emplace_back("dtype", canonical_dtype(s.dtype));
+      if (std::string dtype = check_dtype(s.dtype, config, dev.info, dev.plugin->name()); !dtype.empty())
+        ec.plugin_options.emplace_back("dtype", dtype);
 
       // The memory arithmetic, before anything is loaded.
       const uint64_t free_bytes = dev.info.memory_free_bytes;
       MemoryEstimate need =
-          estimate_memory(s, config, weight_file_bytes(dir), plan.left(key, free_bytes));
+          estimate_memory(s, config, weight_file_bytes(dir), plan.left(key, free_bytes),
+                          dev.info.kv_cache_dtypes);
       if (free_bytes > 0) {
         std::string why = plan.claim(s.name, key, free_bytes, need);
         if (!why.empty()) throw Error(why);
@@ -254,7 +273,7 @@ size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& serve
       auto sm = ServedModel::make(names, s.dir.string(), eng, std::move(tpl));
       sm->version = s.version;
       sm->max_batch_size = s.max_batch_size;
-      server.add_model(sm);
+      core.add_model(sm);
       ++served;
       spdlog::info(
           "model {} loaded in {:.2f} s; serving '{}' (max_model_len {}, {} KV blocks of {} tokens)",
@@ -264,7 +283,7 @@ size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& serve
           eng->engine().limits().block_size);
     } catch (const std::exception& e) {
       spdlog::error("model '{}' refused: {}", s.name, e.what());
-      server.refuse_model(s.name, e.what());
+      core.refuse_model(s.name, e.what());
     }
   }
   return served;
@@ -284,8 +303,23 @@ std::string check_settings(const ModelSettings& s) {
     }
     return e.what();
   }
+  const auto config = [&] { return model::load_model_config(dir); };
+  std::shared_ptr<device::Plugin> plugin;
+  device::DeviceInfo info;
+  try {  // the device facts; a device this machine lacks is the load's to report
+    plugin = device::Plugin::load(s.engine.device);
+    info = plugin->device_info(s.engine.device_index);
+  } catch (const std::exception& e) {
+    spdlog::debug("model '{}': --dtype not checked: {}", s.name, e.what());
+    try {
+      config();
+    } catch (const Error& ce) {
+      return ce.what();
+    }
+    return "";
+  }
   try {
-    check_dtype(s.dtype, model::load_model_config(dir), s.engine.device);
+    check_dtype(s.dtype, config(), info, plugin->name());
   } catch (const Error& e) {
     return fmt::format("{} (dtype from {})", e.what(), origin_of(s, "dtype"));
   }

@@ -12,8 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "device/plugin.h"
 #include "model/hf_config.h"
-#include "serve/openai_server.h"
+#include "serve/serving_core.h"
 #include "serve/serving_config.h"
 
 namespace halo::serve {
@@ -26,16 +27,22 @@ struct MemoryEstimate {
   uint64_t total() const { return weights + kv; }
 };
 
+// Bytes of one KV element before the plugin says (prepare): the
+// --kv-cache-dtype asked, else from the types the device declares
+// (DeviceInfo::kv_cache_dtypes): 16-bit for a 16-bit checkpoint when it has
+// one, else fp32 when it has it; 2 when it declares none.
+uint64_t kv_element_bytes(const model::ModelConfig& config, uint32_t device_kv_dtypes,
+                          const std::string& kv_cache_dtype);
 // KV bytes per token as the device plugins lay the cache out: 2 (K and V) x
-// layers x kv heads x head_dim x element size (4 on the CPU plugin, else 2).
-uint64_t kv_bytes_per_token(const model::ModelConfig& config, const std::string& device);
+// layers x kv heads x head_dim x element bytes.
+uint64_t kv_bytes_per_token(const model::ModelConfig& config, uint64_t element_bytes);
 
 // Bytes of the weight files (*.safetensors) in `dir`.
 uint64_t weight_file_bytes(const std::filesystem::path& dir);
 
 // What the model will take, given `left` bytes free on its device.
 MemoryEstimate estimate_memory(const ModelSettings& s, const model::ModelConfig& config, uint64_t weights,
-                               uint64_t left);
+                               uint64_t left, uint32_t device_kv_dtypes);
 
 // Free memory per device ("cpu:0"), claimed model by model.
 class MemoryPlan {
@@ -60,9 +67,9 @@ struct LoadOptions {
   std::string chat_template;  // file or inline template for every model ("": tokenizer_config.json's)
 };
 
-// Loads `models` into `server` in order (add_model / refuse_model) and
+// Loads `models` into `core` in order (add_model / refuse_model) and
 // returns how many are served. Never throws for one model's failure.
-size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& server, const LoadOptions& options);
+size_t load_models(const std::vector<ModelSettings>& models, ServingCore& core, const LoadOptions& options);
 
 // What loading `s` would refuse before any device is opened: a model that
 // is not there (a Hub id not yet in the cache is not refused: loading
@@ -71,9 +78,11 @@ size_t load_models(const std::vector<ModelSettings>& models, OpenAIServer& serve
 // For --check-config.
 std::string check_settings(const ModelSettings& s);
 
-// --dtype: `auto` or the checkpoint's own dtype (the CPU plugin also takes
-// bfloat16 and float32, passed to it as its option dtype); anything else is
-// an Error naming both.
-void check_dtype(const std::string& requested, const model::ModelConfig& config, const std::string& device);
+// --dtype on `device` (of plugin `plugin`): `auto`; a dtype the device's
+// option "dtype" takes (DeviceInfo::compute_dtypes; returned, to be passed as
+// that option); or the checkpoint's own dtype. Anything else is an Error
+// naming what the device takes. Returns the option value or "".
+std::string check_dtype(const std::string& requested, const model::ModelConfig& config,
+                        const device::DeviceInfo& device, const std::string& plugin);
 
 }  // namespace halo::serve

@@ -17,12 +17,6 @@ using engine::FinishReason;
 using engine::StreamEvent;
 using engine::TokenLogprob;
 
-struct OpenAIServer::PromptInput {
-  std::string text;  // the text the prompt came from ("" for token-id prompts)
-  bool from_text = false;
-  std::vector<int32_t> ids;
-};
-
 namespace {
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
@@ -45,18 +39,6 @@ HttpResponse error_response(int status, const std::string& message, const std::s
 
 HttpResponse openai_error(const ApiError& e) { return json_response(e.status(), error_object(e)); }
 
-// Compares without an early exit, so the time taken does not reveal how much matched.
-bool constant_time_equal(const std::string& a, const std::string& b) {
-  size_t n = std::max(a.size(), b.size());
-  unsigned diff = static_cast<unsigned>(a.size() ^ b.size());
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned>(x ^ y);
-  }
-  return diff == 0;
-}
-
 // "%2F" -> "/": a model id such as org/name may arrive encoded in a path.
 std::string percent_decode(const std::string& s) {
   std::string out;
@@ -78,31 +60,10 @@ std::string percent_decode(const std::string& s) {
   return out;
 }
 
-double finite_logprob(float v) { return std::isfinite(v) ? double(v) : -9999.0; }
-
-std::string token_text(const text::Tokenizer& tok, int32_t id) {
-  try {
-    text::Tokenizer::DecodeControl c;
-    c.at_sequence_start = false;
-    return tok.decode(std::span<const int32_t>(&id, 1), false, c);
-  } catch (const std::exception&) {
-    return fmt::format("token_id:{}", id);
-  }
-}
-
 ojson utf8_bytes(const std::string& s) {
   ojson b = ojson::array();
   for (unsigned char c : s) b.push_back(int(c));
   return b;
-}
-
-const char* finish_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
-    default: return nullptr;
-  }
 }
 
 std::vector<int32_t> parse_token_ids(const json& arr, const char* param, int vocab) {
@@ -122,91 +83,70 @@ std::vector<int32_t> parse_token_ids(const json& arr, const char* param, int voc
 
 }  // namespace
 
-// ------------------------------------------------------------ GenerationJob
+// ------------------------------------------------------------ OpenAIJob
 //
-// One API request: one or more prompts (streams), n choices each. Every
-// StreamConsumer call comes from the pump thread; the disconnect/abort flags
-// may be set from others.
-class GenerationJob : public StreamConsumer, public TrackedJob, public std::enable_shared_from_this<GenerationJob> {
+// The OpenAI and vLLM wire format of one generation: completions, chat
+// completions and /generate, streamed (SSE; /generate: "\0"-separated JSON)
+// or as one response. Every call comes from the Generation (pump thread).
+class OpenAIJob : public HttpSink {
  public:
-  struct Choice {
-    std::string text;
-    std::vector<int32_t> tokens;
-    std::vector<TokenLogprob> logprobs;
-    const char* finish = nullptr;
-    ojson stop_reason = nullptr;
-    bool started = false;      // first chunk written (streaming)
-    size_t text_offset = 0;    // completions logprobs: characters written so far
-  };
-
   Endpoint kind;
-  OpenAIServer& server;
-  std::shared_ptr<const OpenAIServer::Model> model;
-  std::shared_ptr<Responder> res;
   std::string id, model_name;
   int64_t created = unix_now();
-  std::vector<OpenAIServer::PromptInput> prompts;
-  std::vector<std::string> engine_ids;
-  std::vector<std::shared_ptr<engine::RequestStream>> streams;
   SamplingRequest sreq;
-  int n = 1;
   bool echo = false;
-  std::string chat_echo;       // chat: the final assistant message, with echo
+  std::string chat_echo;         // chat: the final assistant message, with echo
   int completion_logprobs = -1;  // completions: logprobs k
   bool want_prompt_logprobs = false;
-  std::vector<Choice> choices;
-  std::vector<bool> stream_started, stream_ended;
-  size_t num_ended = 0;
-  std::atomic<bool> client_gone{false};
-  std::atomic<bool> shutdown_abort{false};
-  std::string error;  // first error seen
-  bool error_sent = false;
 
-  GenerationJob(Endpoint k, OpenAIServer& s, std::shared_ptr<const OpenAIServer::Model> m)
-      : kind(k), server(s), model(std::move(m)) {}
+  explicit OpenAIJob(Endpoint k) : kind(k) {}
 
-  void abort_engine() {
-    for (const auto& eid : engine_ids) model->engine->abort(eid);
-  }
-  void abort_for_shutdown() override {
-    shutdown_abort = true;
-    abort_engine();
+  void on_start(Generation& g) override {
+    g_ = &g;
+    sent_.assign(g.choices().size(), {});
+    if (stream) begin_stream();
   }
 
-  // ---- StreamConsumer ----
-  void on_events(size_t si, std::vector<StreamEvent>& events) override {
-    mark_started(si);
-    std::string out;
-    for (auto& ev : events) {
-      Choice& c = choices.at(si * n + ev.index);
-      if (!ev.error.empty() && error.empty()) error = ev.error;
-      const size_t first_token = c.tokens.size();
-      c.tokens.insert(c.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
-      c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-      if (ev.finished) {
-        c.finish = finish_name(ev.finish_reason);
-        c.stop_reason = stop_reason(ev.stop_reason);
-      }
-      if (sreq.stream && !client_gone) append_chunk(out, si, ev, c, first_token);
-      c.text += ev.text;
-    }
-    if (!out.empty()) res->write(std::move(out));
+  void on_output(Generation& g, size_t choice, const StreamEvent& ev, size_t first_token) override {
+    if (stream) append_chunk(choice / static_cast<size_t>(g.n()), choice, ev, first_token);
   }
 
-  void on_end(size_t si) override {
-    mark_started(si);
-    if (stream_ended[si]) return;
-    stream_ended[si] = true;
-    if (++num_ended == streams.size()) finish();
+  void on_error(Generation& g) override {
+    if (!stream || error_sent_) return;
+    error_sent_ = true;
+    write_sse(error_object(g.error_status(), g.error()));
   }
 
-  void mark_started(size_t si) {
-    if (stream_started[si]) return;
-    stream_started[si] = true;
-    server.job_started_stream(static_cast<int64_t>(prompts[si].ids.size()));
+ protected:
+  HttpResponse error_response(int status, const std::string& message) override {
+    return json_response(status, error_object(status, message));
   }
 
-  ojson stop_reason(const std::string& s) const {
+  void finish(Generation& g) override {
+    if (stream) finish_stream();
+    else if (g.failed()) res->send(error_response(g.error_status(), g.error()));
+    else finish_response();
+  }
+
+ private:
+  // What was streamed of one choice.
+  struct Sent {
+    bool started = false;    // first chunk written
+    size_t text_offset = 0;  // completions logprobs: characters written so far
+  };
+
+  const Generation& g() const { return *g_; }
+  const text::Tokenizer& tokenizer() const { return g_->model().tokenizer(); }
+  int n() const { return g_->n(); }
+
+  static ojson finish_json(const ChoiceOutput& c) {
+    const char* name = finish_name(c.finish_reason);
+    return name ? ojson(name) : ojson(nullptr);
+  }
+
+  // vLLM's stop_reason: the stop string as given, or the stop token's id.
+  ojson stop_reason(const ChoiceOutput& c) const {
+    const std::string& s = c.stop_reason;
     if (s.empty()) return nullptr;
     const auto& stops = sreq.options.stop;
     if (std::find(stops.begin(), stops.end(), s) != stops.end()) return s;
@@ -217,33 +157,29 @@ class GenerationJob : public StreamConsumer, public TrackedJob, public std::enab
     }
   }
 
-  int64_t prompt_tokens() const {
-    int64_t t = 0;
-    for (const auto& p : prompts) t += static_cast<int64_t>(p.ids.size());
-    return t;
-  }
-  int64_t completion_tokens() const {
-    int64_t t = 0;
-    for (const auto& c : choices) t += static_cast<int64_t>(c.tokens.size());
-    return t;
-  }
   ojson usage() const {
-    int64_t p = prompt_tokens(), c = completion_tokens();
+    int64_t p = g().prompt_tokens(), c = g().completion_tokens();
     return ojson{{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
   }
 
   // ---- logprobs in the two OpenAI shapes ----
   ojson chat_logprob_entry(const TokenLogprob& lp) const {
-    const auto& tok = model->tokenizer();
-    std::string t = token_text(tok, lp.token);
+    std::string t = token_text(tokenizer(), lp.token);
     ojson e{{"token", t}, {"logprob", finite_logprob(lp.logprob)}, {"bytes", utf8_bytes(t)}};
     ojson top = ojson::array();
     for (size_t k = 0; k < lp.top.size() && int(k) < sreq.options.sampling.logprobs; ++k) {
-      std::string tt = token_text(tok, lp.top[k].first);
+      std::string tt = token_text(tokenizer(), lp.top[k].first);
       top.push_back({{"token", tt}, {"logprob", finite_logprob(lp.top[k].second)}, {"bytes", utf8_bytes(tt)}});
     }
     e["top_logprobs"] = std::move(top);
     return e;
+  }
+
+  ojson chat_logprobs(const TokenLogprob* lps, size_t count) const {
+    if (sreq.options.sampling.logprobs < 0) return nullptr;
+    ojson content = ojson::array();
+    for (size_t i = 0; i < count; ++i) content.push_back(chat_logprob_entry(lps[i]));
+    return ojson{{"content", content}, {"refusal", nullptr}};
   }
 
   static ojson empty_completion_logprobs() {
@@ -254,9 +190,8 @@ class GenerationJob : public StreamConsumer, public TrackedJob, public std::enab
   // Appends tokens (with their logprobs; `lps` may be shorter: missing ones are null).
   void append_completion_logprobs(ojson& lp, const std::vector<int32_t>& tokens, const TokenLogprob* lps,
                                   size_t num_lps, size_t lp_shift, size_t& offset) const {
-    const auto& tok = model->tokenizer();
     for (size_t i = 0; i < tokens.size(); ++i) {
-      std::string t = token_text(tok, tokens[i]);
+      std::string t = token_text(tokenizer(), tokens[i]);
       lp["tokens"].push_back(t);
       lp["text_offset"].push_back(offset);
       offset += t.size();
@@ -265,7 +200,7 @@ class GenerationJob : public StreamConsumer, public TrackedJob, public std::enab
         lp["token_logprobs"].push_back(finite_logprob(l.logprob));
         ojson top = ojson::object();
         for (size_t k = 0; k < l.top.size() && int(k) < completion_logprobs; ++k)
-          top[token_text(tok, l.top[k].first)] = finite_logprob(l.top[k].second);
+          top[token_text(tokenizer(), l.top[k].first)] = finite_logprob(l.top[k].second);
         top[t] = finite_logprob(l.logprob);
         lp["top_logprobs"].push_back(std::move(top));
       } else {
@@ -275,35 +210,33 @@ class GenerationJob : public StreamConsumer, public TrackedJob, public std::enab
     }
   }
 
+  // The echoed prompt's tokens and logprobs (the first token has none).
+  void append_prompt_logprobs(ojson& lp, size_t si, size_t& offset) const {
+    auto plp = g().prompt_logprobs(si);
+    append_completion_logprobs(lp, g().prompts()[si].ids, plp.data(), plp.size(), 1, offset);
+  }
+
   // vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...]
   ojson prompt_logprobs_json(size_t si) const {
-    const auto& tok = model->tokenizer();
-    auto lps = streams[si]->prompt_logprobs();
-    ojson out = ojson::array();
-    out.push_back(nullptr);
-    for (const auto& l : lps) {
+    ojson out_json = ojson::array();
+    out_json.push_back(nullptr);
+    for (const auto& l : g().prompt_logprobs(si)) {
       ojson d = ojson::object();
       std::optional<int> rank;
       for (size_t k = 0; k < l.top.size(); ++k)
         if (l.top[k].first == l.token) rank = int(k) + 1;
       d[std::to_string(l.token)] = {{"logprob", finite_logprob(l.logprob)},
                                     {"rank", rank ? ojson(*rank) : ojson(nullptr)},
-                                    {"decoded_token", token_text(tok, l.token)}};
+                                    {"decoded_token", token_text(tokenizer(), l.token)}};
       for (size_t k = 0; k < l.top.size(); ++k) {
         auto key = std::to_string(l.top[k].first);
         if (d.contains(key)) continue;
         d[key] = {{"logprob", finite_logprob(l.top[k].second)}, {"rank", int(k) + 1},
-                  {"decoded_token", token_text(tok, l.top[k].first)}};
+                  {"decoded_token", token_text(tokenizer(), l.top[k].first)}};
       }
-      out.push_back(std::move(d));
+      out_json.push_back(std::move(d));
     }
-    return out;
-  }
-
-  std::string prompt_text(size_t si) const {
-    const auto& p = prompts[si];
-    if (p.from_text) return p.text;
-    return model->tokenizer().decode(p.ids, sreq.options.skip_special_tokens);
+    return out_json;
   }
 
   // ---- streaming ----
@@ -311,7 +244,7 @@ class GenerationJob : public StreamConsumer, public TrackedJob, public std::enab
     return ojson{{"id", id}, {"object", object}, {"created", created}, {"model", model_name}};
   }
 
-  void write_sse(std::string& out, const ojson& j) const {
+  void write_sse(const ojson& j) {
     out += "data: ";
     out += dump(j);
     out += "\n\n";
@@ -327,133 +260,114 @@ class GenerationJob : public StreamConsumer, public TrackedJob, public std::enab
       return;
     }
     res->begin_stream(200, "text/event-stream", {{"X-Accel-Buffering", "no"}});
-    if (kind == Endpoint::kChat) {
-      // The first delta of every choice carries the role (and an echoed message).
-      std::string out;
-      for (int i = 0; i < n; ++i) {
-        ojson ch = chunk_head("chat.completion.chunk");
-        ojson delta{{"role", "assistant"}, {"content", chat_echo}};
-        ch["choices"] = ojson::array({ojson{{"index", i}, {"delta", delta}, {"logprobs", nullptr},
-                                            {"finish_reason", nullptr}}});
-        add_running_usage(ch);
-        write_sse(out, ch);
-      }
-      res->write(std::move(out));
+    if (kind != Endpoint::kChat) return;
+    // The first delta of every choice carries the role (and an echoed message).
+    for (int i = 0; i < n(); ++i) {
+      ojson ch = chunk_head("chat.completion.chunk");
+      ojson delta{{"role", "assistant"}, {"content", chat_echo}};
+      ch["choices"] = ojson::array(
+          {ojson{{"index", i}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+      add_running_usage(ch);
+      write_sse(ch);
     }
+    res->write(std::exchange(out, {}));
   }
 
-  void append_chunk(std::string& out, size_t si, const StreamEvent& ev, Choice& c, size_t first_token) {
-    const int index = static_cast<int>(si * n + ev.index);
-    if (!ev.error.empty() || (ev.finish_reason == FinishReason::kAbort && shutdown_abort)) {
-      if (!error_sent) {
-        error_sent = true;
-        int status = ev.error.empty() ? 503 : 500;
-        std::string msg = ev.error.empty() ? "the server is shutting down" : ev.error;
-        write_sse(out, error_object(status, msg));
-      }
-      return;
-    }
+  void append_chunk(size_t si, size_t index, const StreamEvent& ev, size_t first_token) {
+    const ChoiceOutput& c = g().choices()[index];
+    Sent& sent = sent_[index];
     if (kind == Endpoint::kGenerate) {
       // vLLM's demo /generate: the whole text so far of every choice, objects separated by "\0".
       ojson texts = ojson::array();
-      for (int i = 0; i < n; ++i) {
-        const Choice& cc = choices[si * n + i];
-        texts.push_back(prompt_text(si) + cc.text + (i == ev.index ? ev.text : std::string()));
-      }
+      for (int i = 0; i < n(); ++i) texts.push_back(g().prompt_text(si) + g().choices()[si * n() + i].text);
       out += dump(ojson{{"text", texts}});
       out += '\0';
       return;
     }
     const bool have_logprobs = sreq.options.sampling.logprobs >= 0 && !ev.logprobs.empty();
-    if (ev.text.empty() && !ev.finished && !have_logprobs && c.started) return;
+    if (ev.text.empty() && !ev.finished && !have_logprobs && sent.started) return;
+    const ojson finish = ev.finished ? finish_json(c) : ojson(nullptr);
+    const ojson stop = ev.finished ? stop_reason(c) : ojson(nullptr);
     if (kind == Endpoint::kChat) {
       ojson ch = chunk_head("chat.completion.chunk");
       ojson delta = ojson::object();
       if (!ev.text.empty() || !ev.finished) delta["content"] = ev.text;
-      ojson choice{{"index", index}, {"delta", delta}};
-      if (sreq.options.sampling.logprobs >= 0) {
-        ojson content = ojson::array();
-        for (const auto& lp : ev.logprobs) content.push_back(chat_logprob_entry(lp));
-        choice["logprobs"] = ojson{{"content", content}, {"refusal", nullptr}};
-      } else {
-        choice["logprobs"] = nullptr;
-      }
-      choice["finish_reason"] = c.finish && ev.finished ? ojson(c.finish) : ojson(nullptr);
-      choice["stop_reason"] = ev.finished ? c.stop_reason : ojson(nullptr);
-      ch["choices"] = ojson::array({choice});
+      ch["choices"] = ojson::array({ojson{{"index", index},
+                                          {"delta", delta},
+                                          {"logprobs", chat_logprobs(ev.logprobs.data(), ev.logprobs.size())},
+                                          {"finish_reason", finish},
+                                          {"stop_reason", stop}}});
       add_running_usage(ch);
-      write_sse(out, ch);
+      write_sse(ch);
     } else {
       std::string text;
       ojson lp = completion_logprobs >= 0 ? empty_completion_logprobs() : ojson(nullptr);
-      if (!c.started && echo) {
-        // Echo: the prompt (and its logprobs) come first.
-        text = prompt_text(si);
-        if (completion_logprobs >= 0) {
-          auto plp = streams[si]->prompt_logprobs();
-          append_completion_logprobs(lp, prompts[si].ids, plp.data(), plp.size(), 1, c.text_offset);
-        }
+      if (!sent.started && echo) {  // echo: the prompt (and its logprobs) come first
+        text = g().prompt_text(si);
+        if (completion_logprobs >= 0) append_prompt_logprobs(lp, si, sent.text_offset);
       }
       text += ev.text;
       if (completion_logprobs >= 0) {
         std::vector<int32_t> toks(c.tokens.begin() + static_cast<long>(first_token), c.tokens.end());
-        append_completion_logprobs(lp, toks, ev.logprobs.data(), ev.logprobs.size(), 0, c.text_offset);
+        append_completion_logprobs(lp, toks, ev.logprobs.data(), ev.logprobs.size(), 0, sent.text_offset);
       }
       ojson ch = chunk_head("text_completion");
-      ch["choices"] = ojson::array({ojson{{"index", index},
-                                          {"text", text},
-                                          {"logprobs", lp},
-                                          {"finish_reason", c.finish && ev.finished ? ojson(c.finish) : ojson(nullptr)},
-                                          {"stop_reason", ev.finished ? c.stop_reason : ojson(nullptr)}}});
+      ch["choices"] = ojson::array(
+          {ojson{{"index", index}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop}}});
       add_running_usage(ch);
-      write_sse(out, ch);
+      write_sse(ch);
     }
-    c.started = true;
+    sent.started = true;
   }
 
   // ---- the end ----
-  void finish() {
-    try {
-      if (!client_gone) {
-        if (sreq.stream) finish_stream();
-        else finish_response();
-      }
-    } catch (const std::exception& e) {
-      spdlog::error("{}: building the response failed: {}", id, e.what());
-      if (sreq.stream) res->end_stream();
-      else res->send(error_response(500, std::string("building the response failed: ") + e.what()));
+  void finish_stream() {
+    if (kind == Endpoint::kGenerate) return;
+    if (sreq.include_usage) {
+      ojson ch = chunk_head(kind == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
+      ch["choices"] = ojson::array();
+      ch["usage"] = usage();
+      write_sse(ch);
     }
-    server.job_done(this);
+    out += "data: [DONE]\n\n";
   }
 
-  void finish_stream() {
-    std::string out;
-    if (kind != Endpoint::kGenerate) {
-      if (sreq.include_usage) {
-        ojson ch = chunk_head(kind == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
-        ch["choices"] = ojson::array();
-        ch["usage"] = usage();
-        write_sse(out, ch);
-      }
-      out += "data: [DONE]\n\n";
+  ojson chat_choice(size_t index) const {
+    const ChoiceOutput& c = g().choices()[index];
+    // OpenAI requires `refusal` (null: halo never refuses); vLLM sends it too.
+    ojson msg{{"role", "assistant"}, {"content", chat_echo + c.text}, {"refusal", nullptr}, {"tool_calls", ojson::array()}};
+    return ojson{{"index", index},
+                 {"message", msg},
+                 {"logprobs", chat_logprobs(c.logprobs.data(), c.logprobs.size())},
+                 {"finish_reason", finish_json(c)},
+                 {"stop_reason", stop_reason(c)}};
+  }
+
+  ojson completion_choice(size_t si, size_t index) const {
+    const ChoiceOutput& c = g().choices()[index];
+    std::string text = echo ? g().prompt_text(si) + c.text : c.text;
+    ojson lp = nullptr;
+    if (completion_logprobs >= 0) {
+      lp = empty_completion_logprobs();
+      size_t offset = 0;
+      if (echo) append_prompt_logprobs(lp, si, offset);
+      append_completion_logprobs(lp, c.tokens, c.logprobs.data(), c.logprobs.size(), 0, offset);
     }
-    res->write(std::move(out));
-    res->end_stream();
+    ojson choice{{"index", index},
+                 {"text", text},
+                 {"logprobs", lp},
+                 {"finish_reason", finish_json(c)},
+                 {"stop_reason", stop_reason(c)}};
+    if (want_prompt_logprobs) choice["prompt_logprobs"] = prompt_logprobs_json(si);
+    return choice;
   }
 
   void finish_response() {
-    if (!error.empty()) {
-      res->send(error_response(500, error));
-      return;
-    }
-    if (shutdown_abort) {
-      res->send(error_response(503, "the server is shutting down"));
-      return;
-    }
+    const size_t num_prompts = g().prompts().size();
     if (kind == Endpoint::kGenerate) {
       ojson texts = ojson::array();
-      for (size_t si = 0; si < prompts.size(); ++si)
-        for (int i = 0; i < n; ++i) texts.push_back(prompt_text(si) + choices[si * n + i].text);
+      for (size_t si = 0; si < num_prompts; ++si)
+        for (int i = 0; i < n(); ++i) texts.push_back(g().prompt_text(si) + g().choices()[si * n() + i].text);
       res->send(json_response(200, ojson{{"text", texts}}));
       return;
     }
@@ -462,222 +376,32 @@ class GenerationJob : public StreamConsumer, public TrackedJob, public std::enab
                {"created", created},
                {"model", model_name}};
     ojson arr = ojson::array();
-    for (size_t si = 0; si < prompts.size(); ++si) {
-      for (int i = 0; i < n; ++i) {
-        Choice& c = choices[si * n + i];
-        const int index = static_cast<int>(si * n + i);
-        if (kind == Endpoint::kChat) {
-          // OpenAI requires `refusal` (null: halo never refuses); vLLM sends it too.
-          ojson msg{{"role", "assistant"},
-                    {"content", chat_echo + c.text},
-                    {"refusal", nullptr},
-                    {"tool_calls", ojson::array()}};
-          ojson lp = nullptr;
-          if (sreq.options.sampling.logprobs >= 0) {
-            ojson content = ojson::array();
-            for (const auto& l : c.logprobs) content.push_back(chat_logprob_entry(l));
-            lp = ojson{{"content", content}, {"refusal", nullptr}};
-          }
-          arr.push_back(ojson{{"index", index},
-                              {"message", msg},
-                              {"logprobs", lp},
-                              {"finish_reason", c.finish ? ojson(c.finish) : ojson(nullptr)},
-                              {"stop_reason", c.stop_reason}});
-        } else {
-          std::string text = echo ? prompt_text(si) + c.text : c.text;
-          ojson lp = nullptr;
-          if (completion_logprobs >= 0) {
-            lp = empty_completion_logprobs();
-            size_t offset = 0;
-            if (echo) {
-              auto plp = streams[si]->prompt_logprobs();
-              append_completion_logprobs(lp, prompts[si].ids, plp.data(), plp.size(), 1, offset);
-            }
-            append_completion_logprobs(lp, c.tokens, c.logprobs.data(), c.logprobs.size(), 0, offset);
-          }
-          ojson choice{{"index", index},
-                       {"text", text},
-                       {"logprobs", lp},
-                       {"finish_reason", c.finish ? ojson(c.finish) : ojson(nullptr)},
-                       {"stop_reason", c.stop_reason}};
-          if (want_prompt_logprobs) choice["prompt_logprobs"] = prompt_logprobs_json(si);
-          arr.push_back(std::move(choice));
-        }
+    for (size_t si = 0; si < num_prompts; ++si)
+      for (size_t i = 0; i < static_cast<size_t>(n()); ++i) {
+        const size_t index = si * n() + i;
+        arr.push_back(kind == Endpoint::kChat ? chat_choice(index) : completion_choice(si, index));
       }
-    }
     body["choices"] = std::move(arr);
     body["usage"] = usage();
-    if (kind == Endpoint::kChat)
-      body["prompt_logprobs"] = want_prompt_logprobs ? prompt_logprobs_json(0) : ojson(nullptr);
+    if (kind == Endpoint::kChat) body["prompt_logprobs"] = want_prompt_logprobs ? prompt_logprobs_json(0) : ojson(nullptr);
     res->send(json_response(200, body));
   }
+
+  const Generation* g_ = nullptr;
+  std::vector<Sent> sent_;
+  bool error_sent_ = false;
 };
 
 // ------------------------------------------------------------ OpenAIServer
 
-OpenAIServer::OpenAIServer(ApiConfig config)
-    : config_(std::move(config)), pump_(std::make_unique<StreamPump>()), created_(unix_now()) {
-  if (config_.served_model_names.empty()) config_.served_model_names.push_back("halo");
-  // Requests waiting for a preprocessing thread are bounded like those waiting for the engine.
-  pool_ = std::make_unique<PreprocessPool>(config_.preprocess_threads,
-                                           static_cast<size_t>(std::max(0, config_.max_queued_requests)));
-}
-
-OpenAIServer::~OpenAIServer() {
-  pool_.reset();  // its running tasks may still queue jobs on the pump
-  pump_.reset();
-}
-
-void OpenAIServer::set_engine(std::shared_ptr<engine::AsyncEngine> eng, std::optional<text::ChatTemplate> tpl) {
-  add_model(ServedModel::make(config_.served_model_names, config_.model_root, std::move(eng), std::move(tpl)));
-  set_ready();
-}
-
-void OpenAIServer::add_model(std::shared_ptr<ServedModel> m) {
-  std::lock_guard lk(model_mu_);
-  for (const auto& name : m->names)
-    for (const auto& other : models_)
-      if (other->answers_to(name)) throw Error(fmt::format("two models are named '{}'", name));
-  models_.push_back(std::move(m));
-}
-
-void OpenAIServer::refuse_model(const std::string& name, const std::string& reason) {
-  std::lock_guard lk(model_mu_);
-  refused_.push_back({name, reason});
-}
-
-void OpenAIServer::set_ready() {
-  std::lock_guard lk(model_mu_);
-  ready_ = true;
-}
-
-std::vector<std::shared_ptr<const ServedModel>> OpenAIServer::served_models() const {
-  std::lock_guard lk(model_mu_);
-  return models_;
-}
-
-std::vector<OpenAIServer::Refusal> OpenAIServer::refused_models() const {
-  std::lock_guard lk(model_mu_);
-  return refused_;
-}
-
-bool OpenAIServer::ready() const {
-  std::lock_guard lk(model_mu_);
-  if (!ready_ || models_.empty()) return false;
-  for (const auto& m : models_)
-    if (!m->engine->healthy()) return false;
-  return true;
-}
-
-std::shared_ptr<const ServedModel> OpenAIServer::find_model(const std::string* name) const {
-  std::lock_guard lk(model_mu_);
-  if (!name || name->empty()) {
-    if (models_.empty()) throw ApiError(503, ready_ ? "no model is being served" : "the model is still loading");
-    return models_.front();
-  }
-  for (const auto& m : models_)
-    if (m->answers_to(*name)) return m;
-  for (const auto& r : refused_)
-    if (r.name == *name)
-      throw ApiError(404, fmt::format("The model `{}` does not exist. It was refused at load: {}", *name, r.reason),
-                     "model", error_code::kModelNotFound);
-  if (!ready_) throw ApiError(503, fmt::format("the model `{}` is not loaded yet", *name), "model");
-  throw ApiError(404, fmt::format("The model `{}` does not exist.", *name), "model", error_code::kModelNotFound);
-}
+OpenAIServer::OpenAIServer(const FrontendContext& ctx, ApiConfig config)
+    : ctx_(ctx), config_(std::move(config)), created_(unix_now()) {}
 
 std::shared_ptr<const ServedModel> OpenAIServer::request_model(const json& body) const {
   auto it = body.find("model");
-  if (it == body.end() || it->is_null()) return find_model(nullptr);
+  if (it == body.end() || it->is_null()) return ctx_.core().find_model(nullptr);
   if (!it->is_string()) throw ApiError(400, "'model' must be a string", "model", error_code::kInvalidType);
-  return find_model(&it->get_ref<const std::string&>());
-}
-
-size_t OpenAIServer::active_requests() const {
-  std::lock_guard lk(jobs_mu_);
-  return jobs_.size() + static_cast<size_t>(preprocessing_);
-}
-
-bool OpenAIServer::wait_idle(std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock lk(jobs_mu_);
-  return jobs_cv_.wait_until(lk, deadline, [&] { return jobs_.empty() && preprocessing_ == 0; });
-}
-
-json OpenAIServer::parse_request(const HttpRequest& req) const {
-  return parse_json_object(req.body, config_.limits.max_json_depth);
-}
-
-int64_t OpenAIServer::prompt_byte_limit(const ServedModel& m) const {
-  return config_.limits.max_prompt_bytes > 0 ? config_.limits.max_prompt_bytes
-                                             : kPromptBytesPerToken * std::max(1, m.max_model_len);
-}
-
-void OpenAIServer::check_prompt_bytes(const ServedModel& m, size_t bytes, const char* param) const {
-  const int64_t limit = prompt_byte_limit(m);
-  if (static_cast<int64_t>(bytes) <= limit) return;
-  throw ApiError(400,
-                 fmt::format("the prompt is {} bytes, over the limit of {} bytes it is tokenized within (the model's "
-                             "context is {} tokens; --max-prompt-bytes)",
-                             bytes, limit, m.max_model_len),
-                 param, error_code::kContextLength);
-}
-
-void OpenAIServer::preprocess(const std::shared_ptr<Responder>& res, ErrorFormat format, std::function<void()> work) {
-  {
-    std::lock_guard lk(jobs_mu_);
-    preprocessing_++;
-  }
-  auto task = [this, res, format, work = std::move(work)] {
-    if (!res->disconnected()) {  // the client left while the request waited: nothing to do
-      try {
-        work();
-      } catch (...) {
-        HttpResponse r = error_http_response(std::current_exception(), format);
-        spdlog::debug("preprocessing -> {} {}", r.status, r.body);
-        res->send(std::move(r));
-      }
-    }
-    preprocess_done();
-  };
-  if (!pool_->submit(std::move(task))) {
-    preprocess_done();
-    ApiError e(429, fmt::format("the server is at capacity: {} requests are waiting to be tokenized "
-                                "(--max-queued-requests {}); retry after 1 s",
-                                pool_->waiting(), config_.max_queued_requests));
-    e.headers.push_back({"Retry-After", "1"});
-    throw e;
-  }
-}
-
-void OpenAIServer::preprocess_done() {
-  {
-    std::lock_guard lk(jobs_mu_);
-    preprocessing_--;
-  }
-  jobs_cv_.notify_all();
-}
-
-void OpenAIServer::abort_all(const std::string& reason) {
-  std::vector<std::shared_ptr<TrackedJob>> live;
-  {
-    std::lock_guard lk(jobs_mu_);
-    for (auto& [p, w] : jobs_)
-      if (auto j = w.lock()) live.push_back(std::move(j));
-  }
-  if (!live.empty()) spdlog::warn("aborting {} requests: {}", live.size(), reason);
-  for (auto& j : live) j->abort_for_shutdown();
-}
-
-void OpenAIServer::check_auth(const HttpRequest& req) const {
-  if (config_.api_key.empty()) return;
-  const std::string& h = req.header("authorization");
-  std::string token;
-  if (h.size() > 7 && (h.compare(0, 7, "Bearer ") == 0 || h.compare(0, 7, "bearer ") == 0)) token = h.substr(7);
-  bool ok = constant_time_equal(token, config_.api_key);
-  if (!ok) {
-    ApiError e(401, h.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key");
-    e.headers.push_back({"WWW-Authenticate", "Bearer"});
-    throw e;
-  }
+  return ctx_.core().find_model(&it->get_ref<const std::string&>());
 }
 
 void OpenAIServer::handle(HttpRequest&& req, const std::shared_ptr<Responder>& responder) {
@@ -729,7 +453,7 @@ HttpResponse OpenAIServer::route(HttpRequest& req, const std::shared_ptr<Respond
   if (!one_model &&
       std::find_if(std::begin(kRoutes), std::end(kRoutes), [&](const char* r) { return p == r; }) == std::end(kRoutes))
     throw ApiError(404, fmt::format("Not Found: {} {}", m, p));
-  check_auth(req);
+  ctx_.check_auth(req);
   if (p == "/v1/models") {
     only("GET");
     return models();
@@ -740,10 +464,10 @@ HttpResponse OpenAIServer::route(HttpRequest& req, const std::shared_ptr<Respond
   }
   only("POST");
   const bool generates = p == "/v1/completions" || p == "/v1/chat/completions" || p == "/generate";
-  if (generates && draining_) throw ApiError(503, "the server is shutting down");
+  if (generates && ctx_.core().draining()) throw ApiError(503, "the server is shutting down");
   // Everything with a body is parsed, rendered and tokenized off the I/O thread.
   auto owned = std::make_shared<HttpRequest>(std::move(req));
-  preprocess(res, openai_error, [this, owned, res] { handle_body(*owned, res); });
+  ctx_.preprocess(res, openai_error, [this, owned, res] { handle_body(*owned, res); });
   deferred = true;
   return {};
 }
@@ -759,12 +483,7 @@ void OpenAIServer::handle_body(const HttpRequest& req, const std::shared_ptr<Res
 }
 
 HttpResponse OpenAIServer::health() {
-  {
-    std::lock_guard lk(model_mu_);
-    if (!ready_) return error_response(503, "the model is still loading");
-    if (models_.empty()) return error_response(503, "no model is being served");
-  }
-  if (!ready()) return error_response(503, "the engine failed (see the server log)");
+  if (std::string why = ctx_.core().not_ready_reason(); !why.empty()) return error_response(503, why);
   HttpResponse r;
   r.content_type = "text/plain";
   return r;
@@ -787,15 +506,15 @@ ojson model_card(const ServedModel& m, const std::string& name, int64_t created)
 }  // namespace
 
 HttpResponse OpenAIServer::models() {
-  find_model(nullptr);  // 503 while nothing is loaded
+  ctx_.core().find_model(nullptr);  // 503 while nothing is loaded
   ojson data = ojson::array();
-  for (const auto& m : served_models())
+  for (const auto& m : ctx_.core().served_models())
     for (const auto& name : m->names) data.push_back(model_card(*m, name, created_));
   return json_response(200, ojson{{"object", "list"}, {"data", data}});
 }
 
 HttpResponse OpenAIServer::model(const std::string& id) {
-  auto m = find_model(&id);  // 404 model_not_found, 503 while loading
+  auto m = ctx_.core().find_model(&id);  // 404 model_not_found, 503 while loading
   return json_response(200, model_card(*m, id, created_));
 }
 
@@ -834,9 +553,9 @@ std::string merge_prometheus(const std::vector<std::string>& bodies) {
 }  // namespace
 
 HttpResponse OpenAIServer::metrics() {
-  find_model(nullptr);
+  ctx_.core().find_model(nullptr);
   std::vector<std::string> bodies;
-  for (const auto& m : served_models())
+  for (const auto& m : ctx_.core().served_models())
     bodies.push_back(engine::render_prometheus(m->engine->metrics(), m->name(), m->block_size, m->num_blocks));
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -863,7 +582,7 @@ std::string OpenAIServer::render_chat(const Model& m, Fields& f, bool& add_speci
   }
   // A template from the request is code run on the server: vLLM's rule.
   auto request_template = f.string("chat_template");
-  if (request_template && !config_.limits.trust_request_chat_template)
+  if (request_template && !ctx_.core().limits().trust_request_chat_template)
     throw ApiError(400,
                    "a 'chat_template' in the request is refused: the server runs request templates only with "
                    "--trust-request-chat-template",
@@ -905,7 +624,7 @@ std::string OpenAIServer::render_chat(const Model& m, Fields& f, bool& add_speci
     // The client's code: the default step and depth budget, and no string
     // larger than the prompt the server would tokenize.
     text::jinja::RenderLimits budget;
-    budget.max_output_bytes = std::min<size_t>(budget.max_output_bytes, static_cast<size_t>(prompt_byte_limit(m)));
+    budget.max_output_bytes = std::min<size_t>(budget.max_output_bytes, static_cast<size_t>(ctx_.core().prompt_byte_limit(m)));
     text::ChatTemplate tpl(*request_template);
     rendered = tpl.render(rr, budget);
   } else {
@@ -916,12 +635,12 @@ std::string OpenAIServer::render_chat(const Model& m, Fields& f, bool& add_speci
                      "messages");
     rendered = m.chat_template->render(rr);
   }
-  check_prompt_bytes(m, rendered.size(), "messages");
+  ctx_.core().check_prompt_bytes(m, rendered.size(), "messages");
   return rendered;
 }
 
 HttpResponse OpenAIServer::tokenize(const HttpRequest& req) {
-  json body = parse_request(req);
+  json body = ctx_.parse_request(req);
   auto mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
@@ -935,7 +654,7 @@ HttpResponse OpenAIServer::tokenize(const HttpRequest& req) {
     auto prompt = f.string("prompt");
     if (!prompt)
       throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt", error_code::kMissingParameter);
-    check_prompt_bytes(m, prompt->size(), "prompt");
+    ctx_.core().check_prompt_bytes(m, prompt->size(), "prompt");
     ids = m.tokenizer().encode(*prompt, f.boolean("add_special_tokens").value_or(true));
   }
   ojson out{{"count", ids.size()}, {"max_model_len", m.max_model_len}, {"tokens", ids}};
@@ -951,7 +670,7 @@ HttpResponse OpenAIServer::tokenize(const HttpRequest& req) {
 }
 
 HttpResponse OpenAIServer::detokenize(const HttpRequest& req) {
-  json body = parse_request(req);
+  json body = ctx_.parse_request(req);
   auto mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
@@ -965,7 +684,7 @@ HttpResponse OpenAIServer::detokenize(const HttpRequest& req) {
 }
 
 HttpResponse OpenAIServer::chat_render(const HttpRequest& req) {
-  json body = parse_request(req);
+  json body = ctx_.parse_request(req);
   auto mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
@@ -978,95 +697,6 @@ HttpResponse OpenAIServer::chat_render(const HttpRequest& req) {
                                   {"prompt", prompt},
                                   {"prompt_token_ids", ids},
                                   {"num_tokens", ids.size()}});
-}
-
-// ---- admission ----
-
-void OpenAIServer::admit(const Model& m, int64_t reqs, int64_t tokens) {
-  std::lock_guard lk(jobs_mu_);
-  bool over_requests = config_.max_queued_requests > 0 && queued_requests_ + reqs > config_.max_queued_requests;
-  // A request larger than the token budget is still admitted into an empty queue.
-  bool over_tokens =
-      config_.max_queued_tokens > 0 && queued_tokens_ > 0 && queued_tokens_ + tokens > config_.max_queued_tokens;
-  if (over_requests || over_tokens) {
-    std::string what = over_requests
-                           ? fmt::format("{} requests are waiting (--max-queued-requests {})", queued_requests_,
-                                         config_.max_queued_requests)
-                           : fmt::format("{} prompt tokens are waiting (--max-queued-tokens {})", queued_tokens_,
-                                         config_.max_queued_tokens);
-    // Retry-After: about the time the queue ahead takes, from the mean request latency.
-    double mean = 1.0;
-    auto em = m.engine->metrics();
-    if (em.e2e_request_latency_seconds.count() > 0)
-      mean = em.e2e_request_latency_seconds.sum() / double(em.e2e_request_latency_seconds.count());
-    int waves = int((queued_requests_ + m.max_num_seqs - 1) / std::max(1, m.max_num_seqs));
-    int retry = std::clamp(static_cast<int>(std::ceil(mean * std::max(1, waves))), 1, 60);
-    ApiError e(429, fmt::format("the server is at capacity: {}; retry after {} s", what, retry));
-    e.headers.push_back({"Retry-After", std::to_string(retry)});
-    throw e;
-  }
-  queued_requests_ += reqs;
-  queued_tokens_ += tokens;
-}
-
-void OpenAIServer::job_started_stream(int64_t prompt_tokens) {
-  std::lock_guard lk(jobs_mu_);
-  queued_requests_--;
-  queued_tokens_ -= prompt_tokens;
-}
-
-void OpenAIServer::track(const std::shared_ptr<TrackedJob>& job) {
-  std::lock_guard lk(jobs_mu_);
-  jobs_[job.get()] = job;
-}
-
-void OpenAIServer::job_done(TrackedJob* job) {
-  {
-    std::lock_guard lk(jobs_mu_);
-    jobs_.erase(job);
-  }
-  jobs_cv_.notify_all();
-}
-
-void OpenAIServer::start_job(std::shared_ptr<GenerationJob> job, const std::shared_ptr<Responder>& res) {
-  const Model& m = *job->model;
-  auto& opts = job->sreq.options;
-  // Validate every prompt before queuing any.
-  int64_t prompt_tokens = 0;
-  for (const auto& p : job->prompts) {
-    m.engine->engine().validate_request(p.ids, opts.sampling);
-    prompt_tokens += static_cast<int64_t>(p.ids.size());
-  }
-  admit(m, static_cast<int64_t>(job->prompts.size()), prompt_tokens);
-  job->res = res;
-  job->choices.resize(job->prompts.size() * job->n);
-  job->stream_started.assign(job->prompts.size(), false);
-  job->stream_ended.assign(job->prompts.size(), false);
-  size_t added = 0;
-  try {
-    for (size_t i = 0; i < job->prompts.size(); ++i) {
-      std::string eid = job->prompts.size() > 1 ? fmt::format("{}-{}", job->id, i) : job->id;
-      job->streams.push_back(m.engine->add_request(eid, job->prompts[i].ids, opts));
-      job->engine_ids.push_back(eid);
-      ++added;
-    }
-  } catch (...) {
-    job->abort_engine();
-    for (size_t i = 0; i < job->prompts.size(); ++i)
-      job_started_stream(static_cast<int64_t>(job->prompts[i].ids.size()));
-    throw;
-  }
-  track(job);
-  std::weak_ptr<GenerationJob> weak = job;
-  res->on_disconnect([weak] {
-    if (auto j = weak.lock()) {
-      j->client_gone = true;
-      spdlog::info("{}: client disconnected, aborting", j->id);
-      j->abort_engine();
-    }
-  });
-  if (job->sreq.stream) job->begin_stream();
-  for (size_t i = 0; i < job->streams.size(); ++i) pump_->add(job->streams[i], job, i);
 }
 
 // ---- generation endpoints ----
@@ -1087,13 +717,14 @@ void truncate(std::vector<int32_t>& ids, std::optional<int> k, int max_model_len
 }  // namespace
 
 void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  json body = parse_request(req);
+  json body = ctx_.parse_request(req);
   std::shared_ptr<const Model> mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
   f.touch("model");
 
-  auto job = std::make_shared<GenerationJob>(Endpoint::kCompletions, *this, mp);
+  auto job = std::make_shared<OpenAIJob>(Endpoint::kCompletions);
+  std::vector<Prompt> prompts;
   job->id = random_id("cmpl-");
   job->model_name = m.name();
   job->sreq = parse_sampling(f, Endpoint::kCompletions, m.defaults);
@@ -1108,21 +739,21 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
   const char* shape =
       "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists";
   if (pj->is_string()) {
-    job->prompts.push_back({pj->get<std::string>(), true, {}});
+    prompts.push_back({pj->get<std::string>(), true, {}});
   } else if (pj->is_array()) {
     if (pj->empty()) throw ApiError(400, "'prompt' must not be an empty list", "prompt");
     const json& first = (*pj)[0];
     if (first.is_string()) {
       for (const auto& x : *pj) {
         if (!x.is_string()) throw ApiError(400, shape, "prompt", error_code::kInvalidType);
-        job->prompts.push_back({x.get<std::string>(), true, {}});
+        prompts.push_back({x.get<std::string>(), true, {}});
       }
     } else if (first.is_number_integer()) {
-      job->prompts.push_back({"", false, parse_token_ids(*pj, "prompt", m.vocab_size)});
+      prompts.push_back({"", false, parse_token_ids(*pj, "prompt", m.vocab_size)});
     } else if (first.is_array()) {
       for (const auto& x : *pj) {
         if (!x.is_array() || x.empty()) throw ApiError(400, shape, "prompt", error_code::kInvalidType);
-        job->prompts.push_back({"", false, parse_token_ids(x, "prompt", m.vocab_size)});
+        prompts.push_back({"", false, parse_token_ids(x, "prompt", m.vocab_size)});
       }
     } else {
       throw ApiError(400, shape, "prompt", error_code::kInvalidType);
@@ -1130,10 +761,10 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
   } else {
     throw ApiError(400, shape, "prompt", error_code::kInvalidType);
   }
-  if (job->prompts.size() > 1024)
+  if (prompts.size() > 1024)
     throw ApiError(400, "'prompt' holds more than 1024 prompts", "prompt", error_code::kInvalidValue);
-  for (const auto& p : job->prompts) check_prompt_bytes(m, p.text.size(), "prompt");  // all before any is tokenized
-  for (auto& p : job->prompts) {
+  for (const auto& p : prompts) ctx_.core().check_prompt_bytes(m, p.text.size(), "prompt");  // all before any is tokenized
+  for (auto& p : prompts) {
     if (p.from_text) p.ids = m.tokenizer().encode(p.text, add_special);
     if (p.ids.empty()) throw ApiError(400, "the prompt is empty", "prompt", error_code::kInvalidValue);
     truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
@@ -1143,32 +774,31 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
   job->want_prompt_logprobs = s.prompt_logprobs >= 0;
   if (job->echo && s.logprobs >= 0) s.prompt_logprobs = std::max(s.prompt_logprobs, s.logprobs);
   int max_tokens = 0;
-  for (const auto& p : job->prompts)
+  for (const auto& p : prompts)
     max_tokens = resolve_max_tokens(job->sreq, Endpoint::kCompletions, static_cast<int>(p.ids.size()),
                                     m.max_model_len, m.defaults.generation);
   s.max_tokens = max_tokens;
   if (s.min_tokens > s.max_tokens)
     throw ApiError(400, fmt::format("'min_tokens' ({}) must not exceed 'max_tokens' ({})", s.min_tokens, s.max_tokens),
                    "min_tokens", error_code::kInvalidValue);
-  job->n = job->sreq.options.n;
   f.log_unknown("/v1/completions");
-  start_job(job, res);
+  start(job, mp, std::move(prompts), res);
 }
 
 void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  json body = parse_request(req);
+  json body = ctx_.parse_request(req);
   std::shared_ptr<const Model> mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
   f.touch("model");
 
-  auto job = std::make_shared<GenerationJob>(Endpoint::kChat, *this, mp);
+  auto job = std::make_shared<OpenAIJob>(Endpoint::kChat);
   job->id = random_id("chatcmpl-");
   job->model_name = m.name();
   job->sreq = parse_sampling(f, Endpoint::kChat, m.defaults);
   bool add_special = false;
   std::string prompt = render_chat(m, f, add_special, &job->chat_echo);
-  PromptInput p{prompt, true, m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos))};
+  Prompt p{prompt, true, m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos))};
   truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
   auto& s = job->sreq.options.sampling;
   s.max_tokens = resolve_max_tokens(job->sreq, Endpoint::kChat, static_cast<int>(p.ids.size()), m.max_model_len,
@@ -1177,20 +807,18 @@ void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>
     throw ApiError(400, fmt::format("'min_tokens' ({}) must not exceed 'max_tokens' ({})", s.min_tokens, s.max_tokens),
                    "min_tokens", error_code::kInvalidValue);
   job->want_prompt_logprobs = s.prompt_logprobs >= 0;
-  job->prompts.push_back(std::move(p));
-  job->n = job->sreq.options.n;
   f.touch("functions");
   f.log_unknown("/v1/chat/completions");
-  start_job(job, res);
+  start(job, mp, {std::move(p)}, res);
 }
 
 void OpenAIServer::generate(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  json body = parse_request(req);
+  json body = ctx_.parse_request(req);
   std::shared_ptr<const Model> mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
   f.touch("model");
-  auto job = std::make_shared<GenerationJob>(Endpoint::kGenerate, *this, mp);
+  auto job = std::make_shared<OpenAIJob>(Endpoint::kGenerate);
   job->id = random_id("generate-");
   job->model_name = m.name();
   if (f.get("logprobs") || f.get("prompt_logprobs"))
@@ -1199,8 +827,8 @@ void OpenAIServer::generate(const HttpRequest& req, const std::shared_ptr<Respon
   job->sreq = parse_sampling(f, Endpoint::kGenerate, m.defaults);
   auto prompt = f.string("prompt");
   if (!prompt) throw ApiError(400, "'prompt' (a string) is required", "prompt", error_code::kMissingParameter);
-  check_prompt_bytes(m, prompt->size(), "prompt");
-  PromptInput p{*prompt, true, m.tokenizer().encode(*prompt, true)};
+  ctx_.core().check_prompt_bytes(m, prompt->size(), "prompt");
+  Prompt p{*prompt, true, m.tokenizer().encode(*prompt, true)};
   truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
   auto& s = job->sreq.options.sampling;
   s.max_tokens = resolve_max_tokens(job->sreq, Endpoint::kGenerate, static_cast<int>(p.ids.size()), m.max_model_len,
@@ -1208,44 +836,16 @@ void OpenAIServer::generate(const HttpRequest& req, const std::shared_ptr<Respon
   if (s.min_tokens > s.max_tokens)
     throw ApiError(400, fmt::format("'min_tokens' ({}) must not exceed 'max_tokens' ({})", s.min_tokens, s.max_tokens),
                    "min_tokens", error_code::kInvalidValue);
-  job->prompts.push_back(std::move(p));
-  job->n = job->sreq.options.n;
   f.log_unknown("/generate");
-  start_job(job, res);
+  start(job, mp, {std::move(p)}, res);
 }
 
-// ---- one prompt for the other frontends ----
-
-// Runs on the preprocessing pool. Draining is checked when the request
-// arrives (the frontends' routes): a request accepted before SIGTERM runs.
-void OpenAIServer::start_single(std::shared_ptr<SingleJob> job, const std::shared_ptr<Responder>& res) {
-  const Model& m = *job->model;
-  if (job->options.n != 1 || job->options.best_of > 1)
-    throw ApiError(400, "this endpoint returns one sequence: 'n' and 'best_of' must be 1", "n");
-  m.engine->engine().validate_request(job->prompt_ids, job->options.sampling);
-  const auto tokens = static_cast<int64_t>(job->prompt_ids.size());
-  admit(m, 1, tokens);
-  job->res_ = res;
-  job->on_started_ = [this, tokens] { job_started_stream(tokens); };
-  TrackedJob* key = job.get();
-  job->on_done_ = [this, key] { job_done(key); };
-  try {
-    job->stream_ = m.engine->add_request(job->id, job->prompt_ids, job->options);
-  } catch (...) {
-    job_started_stream(tokens);
-    throw;
-  }
-  track(job);
-  std::weak_ptr<SingleJob> weak = job;
-  res->on_disconnect([weak] {
-    if (auto j = weak.lock()) {
-      j->client_gone_ = true;
-      spdlog::info("{}: client disconnected, aborting", j->id);
-      j->model->engine->abort(j->id);
-    }
-  });
-  if (job->stream) job->write_begin(*res);
-  pump_->add(job->stream_, job, 0);
+void OpenAIServer::start(const std::shared_ptr<OpenAIJob>& job, std::shared_ptr<const ServedModel> model,
+                         std::vector<Prompt> prompts, const std::shared_ptr<Responder>& res) {
+  job->res = res;
+  job->stream = job->sreq.stream;
+  auto options = job->sreq.options;
+  ctx_.start(std::make_shared<Generation>(std::move(model), job->id, std::move(prompts), std::move(options), job), res);
 }
 
 }  // namespace halo::serve

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "serve/openai_server.h"
+#include "serve/api_common.h"
 #include "serve/single_job.h"
 
 namespace halo::serve {
@@ -28,18 +28,6 @@ HttpResponse lmi_api_error(const ApiError& e) { return lmi_error(e.status(), e.w
 std::string request_id() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return fmt::format("invocation-{:016x}", rng());
-}
-
-double finite(float v) { return std::isfinite(v) ? double(v) : -9999.0; }
-
-std::string token_text(const text::Tokenizer& tok, int32_t id) {
-  try {
-    text::Tokenizer::DecodeControl c;
-    c.at_sequence_start = false;
-    return tok.decode(std::span<const int32_t>(&id, 1), false, c);
-  } catch (const std::exception&) {
-    return {};
-  }
 }
 
 // An error about a field the request named by LMI's name (max_new_tokens
@@ -68,29 +56,29 @@ class SageMakerJob : public SingleJob {
  protected:
   // LMI's finish reasons: length, eos_token, stop_sequence (and error).
   std::string finish_name() const {
-    switch (finish_reason) {
+    switch (output().finish_reason) {
       case engine::FinishReason::kLength: return "length";
       case engine::FinishReason::kStop: {
         const auto& stops = options.stop;
-        return std::find(stops.begin(), stops.end(), stop_reason) != stops.end() ? "stop_sequence" : "eos_token";
+        return std::find(stops.begin(), stops.end(), output().stop_reason) != stops.end() ? "stop_sequence" : "eos_token";
       }
       default: return "abort";
     }
   }
   ojson token_json(size_t i, const std::string& text_piece) const {
-    double lp = i < logprobs.size() ? finite(logprobs[i].logprob) : 0.0;
-    return ojson{{"id", tokens[i]}, {"text", text_piece}, {"log_prob", lp}};
+    double lp = i < output().logprobs.size() ? finite_logprob(output().logprobs[i].logprob) : 0.0;
+    return ojson{{"id", output().tokens[i]}, {"text", text_piece}, {"log_prob", lp}};
   }
   ojson details_json(const std::string& reason) const {
-    ojson d{{"finish_reason", reason}, {"generated_tokens", tokens.size()}, {"inputs", prompt}};
+    ojson d{{"finish_reason", reason}, {"generated_tokens", output().tokens.size()}, {"inputs", prompt}};
     if (details) {
       ojson toks = ojson::array();
-      for (size_t i = 0; i < tokens.size(); ++i) toks.push_back(token_json(i, token_text(model->tokenizer(), tokens[i])));
+      for (size_t i = 0; i < output().tokens.size(); ++i) toks.push_back(token_json(i, token_text(model->tokenizer(), output().tokens[i])));
       d["tokens"] = std::move(toks);
     }
     return d;
   }
-  std::string generated() const { return return_full_text ? prompt + text : text; }
+  std::string generated() const { return return_full_text ? prompt + output().text : output().text; }
   void line(std::string& out, const ojson& j) {
     out += dump(j);
     out += '\n';
@@ -100,17 +88,17 @@ class SageMakerJob : public SingleJob {
   // last one can carry generated_text and details.
   void write_begin(Responder& res) override { res.begin_stream(200, "application/jsonlines"); }
   void write_event(std::string& out, const engine::StreamEvent& ev, size_t first) override {
-    for (size_t i = first; i < tokens.size(); ++i) {
+    for (size_t i = first; i < output().tokens.size(); ++i) {
       if (pending_) line(out, *pending_);
       pending_ = ojson{{"token", token_json(i, "")}};
     }
     if (!ev.text.empty()) {
-      if (!pending_) pending_ = ojson{{"token", {{"id", tokens.empty() ? -1 : tokens.back()}, {"text", ""}, {"log_prob", 0.0}}}};
+      if (!pending_) pending_ = ojson{{"token", {{"id", output().tokens.empty() ? -1 : output().tokens.back()}, {"text", ""}, {"log_prob", 0.0}}}};
       (*pending_)["token"]["text"] = (*pending_)["token"]["text"].get<std::string>() + ev.text;
     }
   }
   void write_end(std::string& out) override {
-    ojson last = pending_ ? *pending_ : ojson{{"token", {{"id", tokens.empty() ? -1 : tokens.back()}, {"text", ""}, {"log_prob", 0.0}}}};
+    ojson last = pending_ ? *pending_ : ojson{{"token", {{"id", output().tokens.empty() ? -1 : output().tokens.back()}, {"text", ""}, {"log_prob", 0.0}}}};
     pending_.reset();
     last["generated_text"] = generated();
     last["details"] = details_json(finish_name());
@@ -122,7 +110,7 @@ class SageMakerJob : public SingleJob {
     line(out, ojson{{"token", {{"id", -1}, {"text", ""}, {"log_prob", -1.0}, {"special", true}}},
                     {"generated_text", nullptr},
                     {"details", details_json("error")},
-                    {"error", error}});
+                    {"error", gen().error()}});
   }
   HttpResponse response() override {
     ojson j{{"generated_text", generated()}};
@@ -148,11 +136,11 @@ void SageMakerFrontend::handle(HttpRequest&& req, const std::shared_ptr<Responde
       e.headers.push_back({"Allow", "POST"});
       throw e;
     }
-    core_.check_auth(req);
-    if (core_.draining()) throw ApiError(503, "the server is shutting down");
+    ctx_.check_auth(req);
+    if (ctx_.core().draining()) throw ApiError(503, "the server is shutting down");
     // Parsed and tokenized off the I/O thread.
     auto owned = std::make_shared<HttpRequest>(std::move(req));
-    core_.preprocess(responder, lmi_api_error, [this, owned, responder] { invocations(*owned, responder); });
+    ctx_.preprocess(responder, lmi_api_error, [this, owned, responder] { invocations(*owned, responder); });
     return;
   } catch (...) {
     resp = error_http_response(std::current_exception(), lmi_api_error);
@@ -162,12 +150,12 @@ void SageMakerFrontend::handle(HttpRequest&& req, const std::shared_ptr<Responde
 }
 
 void SageMakerFrontend::invocations(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  json body = core_.parse_request(req);
+  json body = ctx_.parse_request(req);
   auto job = std::make_shared<SageMakerJob>();
   std::string target = req.header("x-amzn-sagemaker-target-model");
   if (target.empty())
     if (auto it = body.find("model"); it != body.end() && it->is_string()) target = it->get<std::string>();
-  job->model = core_.find_model(&target);
+  job->model = ctx_.core().find_model(&target);
   const ServedModel& m = *job->model;
 
   auto inputs = body.find("inputs");
@@ -217,14 +205,14 @@ void SageMakerFrontend::invocations(const HttpRequest& req, const std::shared_pt
   }
   job->options = sreq.options;
   job->options.sampling.logprobs = 0;  // the sampled token's log_prob on every line
-  core_.check_prompt_bytes(m, job->prompt.size(), "inputs");
+  ctx_.core().check_prompt_bytes(m, job->prompt.size(), "inputs");
   job->prompt_ids = m.tokenizer().encode(job->prompt, true);
   if (job->prompt_ids.empty()) throw ApiError(400, "'inputs' is empty");
   job->options.sampling.max_tokens = resolve_max_tokens(sreq, Endpoint::kGenerate, static_cast<int>(job->prompt_ids.size()),
                                                         m.max_model_len, m.defaults.generation);
   job->id = request_id();
   f.log_unknown("/invocations");
-  core_.start_single(job, res);
+  start_single(ctx_, job, res);
 }
 
 }  // namespace halo::serve

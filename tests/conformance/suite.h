@@ -26,6 +26,7 @@ namespace conf {
 #define CONTRACT_STALE "[contract: paging - reused blocks carry no stale state]"
 #define CONTRACT_LIMITS "[contract: limits - agreed limits are honoured and steps beyond them refused]"
 #define CONTRACT_COMPUTE "[contract: limits - prepare reports its compute dtype (v1.3)]"
+#define CONTRACT_FACTS "[contract: device properties - declared KV and compute dtypes hold at prepare (v1.3)]"
 #define CONTRACT_PADDING "[contract: limits - batches smaller than the limits are correct]"
 #define CONTRACT_TP "[contract: tensor parallel equals one chip]"
 #define CONTRACT_LIFETIME "[contract: lifetime]"

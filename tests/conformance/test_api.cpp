@@ -293,6 +293,50 @@ TEST_F(Conformance, VersionComputeDtype) {
   }
 }
 
+TEST_F(Conformance, VersionDeviceFacts) {
+  // v1.3: what a device declares before any model (the core sizes the KV
+  // cache and checks --dtype from it) holds when a model is prepared: the KV
+  // type prepare agrees is one of kv_cache_dtypes, and every type
+  // compute_dtypes lists is taken by the option "dtype".
+  if (api()->abi_minor < 3) GTEST_SKIP() << "a v1." << api()->abi_minor << " plugin declares no device facts";
+  if (uses_compile()) GTEST_SKIP() << "prepares raw weights directly; this plugin runs compiled models only";
+  const uint32_t known =
+      HALO_DTYPE_BIT(HALO_KV_DTYPE_FP32) | HALO_DTYPE_BIT(HALO_KV_DTYPE_BF16) | HALO_DTYPE_BIT(HALO_KV_DTYPE_FP16);
+  EXPECT_EQ(props().kv_cache_dtypes & ~known, 0u) << "unknown kv_cache_dtypes bits " CONTRACT_FACTS;
+  EXPECT_EQ(props().compute_dtypes & ~known, 0u) << "unknown compute_dtypes bits " CONTRACT_FACTS;
+  for (WeightDtype d : {WeightDtype::F32, WeightDtype::BF16, WeightDtype::F16}) {
+    if (!claims(dtype_cap(d)) || props().kv_cache_dtypes == 0) continue;
+    ModelConfig c = family("llama");
+    c.dtype = d;
+    const Model m(c);
+    Status st;
+    auto s = make_session(plugin(), dev(), m, {}, &st);
+    ASSERT_TRUE(s) << dtype_name(d) << ": " << describe(st);
+    EXPECT_NE(props().kv_cache_dtypes & HALO_DTYPE_BIT(s->limits.kv_cache_dtype), 0u)
+        << dtype_name(d) << " weights: prepare keeps the KV cache as " << halo_kv_dtype_name(s->limits.kv_cache_dtype)
+        << ", which kv_cache_dtypes=0x" << std::hex << props().kv_cache_dtypes << " does not list " CONTRACT_FACTS;
+  }
+  static const std::pair<int32_t, const char*> kOption[] = {
+      {HALO_COMPUTE_DTYPE_FP32, "float32"}, {HALO_COMPUTE_DTYPE_BF16, "bfloat16"}, {HALO_COMPUTE_DTYPE_FP16, "float16"}};
+  for (const auto& [dt, name] : kOption) {
+    if (!(props().compute_dtypes & HALO_DTYPE_BIT(dt))) continue;
+    ModelConfig c = family("llama");
+    if (!claims(dtype_cap(c.dtype))) continue;
+    SessionOptions o;
+    o.prepare_options.push_back({"dtype", name});
+    const Model m(c);
+    Status st;
+    auto s = make_session(plugin(), dev(), m, o, &st);
+    ASSERT_TRUE(s) << "option dtype=" << name << ", which compute_dtypes lists: " << describe(st) << " " CONTRACT_FACTS;
+    EXPECT_NE(s->limits.compute_dtype, HALO_COMPUTE_DTYPE_UNSET) << "option dtype=" << name << " " CONTRACT_FACTS;
+    if (dt == HALO_COMPUTE_DTYPE_FP32) {
+      EXPECT_EQ(s->limits.compute_dtype, HALO_COMPUTE_DTYPE_FP32)
+          << "option dtype=float32 must compute in fp32, got " << halo_compute_dtype_name(s->limits.compute_dtype)
+          << " " CONTRACT_FACTS;
+    }
+  }
+}
+
 TEST_F(Conformance, VersionNewerCallerStructs) {
   if (uses_compile()) GTEST_SKIP() << "prepares raw weights directly; this plugin runs compiled models only";
   // A caller compiled against a newer minor version passes larger structs
@@ -812,7 +856,7 @@ TEST_F(Conformance, PropertiesSanity) {
     EXPECT_GE(p.num_chips, 1) << CONTRACT_PROPERTIES;
     constexpr uint32_t known = HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 |
                                HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH | HALO_CAP_STATIC_SHAPES |
-                               HALO_CAP_BUFFERS;
+                               HALO_CAP_BUFFERS | HALO_CAP_TENSOR_PARALLEL;
     EXPECT_EQ(p.capabilities & ~known, 0u) << "unknown capability bits " CONTRACT_PROPERTIES;
     EXPECT_NE(p.capabilities & (HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16), 0u)
         << "no weight dtype claimed " CONTRACT_PROPERTIES;

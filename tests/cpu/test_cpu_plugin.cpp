@@ -85,6 +85,9 @@ TEST(CpuPluginDevice, CountAndProperties) {
   EXPECT_EQ(p.max_batch_size, 0);
   EXPECT_EQ(p.required_block_size, 0);
   EXPECT_EQ(p.max_model_len, 0);
+  // v1.3 device facts: an fp32 or bf16 KV cache; the option dtype takes float32 and bfloat16.
+  EXPECT_EQ(p.kv_cache_dtypes, HALO_DTYPE_BIT(HALO_KV_DTYPE_FP32) | HALO_DTYPE_BIT(HALO_KV_DTYPE_BF16));
+  EXPECT_EQ(p.compute_dtypes, HALO_DTYPE_BIT(HALO_COMPUTE_DTYPE_FP32) | HALO_DTYPE_BIT(HALO_COMPUTE_DTYPE_BF16));
   EXPECT_EQ(p.struct_size, sizeof p);
 }
 

@@ -6,13 +6,10 @@ import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 
 import { HALO } from './lib.mjs';
+import { scaled } from './util.mjs';
 
 export const MODEL = 'pkgchat-5m';
-// A sanitizer build runs the server several times slower; the build sets
-// HALO_TEST_SLOWDOWN (cmake/HaloSanitizers.cmake: 3 under ASan, 10 under
-// TSan) and every wait and latency bound here is multiplied by it.
-export const SLOWDOWN = Number(process.env.HALO_TEST_SLOWDOWN) || 1;
-export const scaled = (ms) => ms * SLOWDOWN;
+export { scaled } from './util.mjs';
 export const HEALTH_MEDIAN_MS = scaled(100);  // median of the probes
 export const HEALTH_MAX_MS = scaled(1000);    // hard ceiling on any one probe
 

@@ -5,7 +5,7 @@
 //   node tests/serve/load.mjs --url http://127.0.0.1:8000 [--requests 1000] [--max-tokens 16] [--pid PID]
 //
 // Used by load.test.mjs (which starts its own server) with a bounded size.
-import { percentile, rssKiB } from './util.mjs';
+import { percentile, rssKiB, scaled } from './util.mjs';
 import { streamRequest } from './sse_client.mjs';
 
 export async function runLoad({ url, requests = 1000, maxTokens = 8, pid = 0, model = undefined }) {
@@ -19,7 +19,7 @@ export async function runLoad({ url, requests = 1000, maxTokens = 8, pid = 0, mo
     const body = { prompt: `The package number ${i} is`, stream: true, max_tokens: maxTokens, ignore_eos: true,
       temperature: 0.8, seed: i, stream_options: { include_usage: true } };
     if (model) body.model = model;
-    jobs.push(streamRequest(`${url}/v1/completions`, body, { timeoutMs: 180000 }));
+    jobs.push(streamRequest(`${url}/v1/completions`, body, { timeoutMs: scaled(180000) }));
   }
   const results = await Promise.all(jobs);
   const seconds = (performance.now() - t0) / 1000;

@@ -1,6 +1,12 @@
 // Small helpers shared by the serve tests and the standalone load generator.
 import { readFileSync } from 'node:fs';
 
+// A sanitizer build runs the server several times slower; the build sets
+// HALO_TEST_SLOWDOWN (cmake/HaloSanitizers.cmake: 3 under ASan, 10 under
+// TSan) and the end-to-end tests multiply their waits and latency bounds by it.
+export const SLOWDOWN = Number(process.env.HALO_TEST_SLOWDOWN) || 1;
+export const scaled = (ms) => ms * SLOWDOWN;
+
 export function rssKiB(pid) {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const get = (key) => Number((status.match(new RegExp(`${key}:\\s+(\\d+) kB`)) || [0, NaN])[1]);

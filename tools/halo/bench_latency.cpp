@@ -530,7 +530,7 @@ void run_latency(const LatencyOptions& o) {
           fmt::format("--preset {}: unknown preset; choose tinyllama-1.1b or tiny", o.preset));
   }
   if (!o.dtype.empty()) parse_dtype(o.dtype);
-  const int32_t kv_dtype_asked = engine::parse_kv_cache_dtype(o.engine.kv_cache_dtype);
+  (void)engine::parse_kv_cache_dtype(o.engine.kv_cache_dtype);  // a bad flag fails before the probes
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   const int host_threads =
       o.engine.threads > 0 ? o.engine.threads
@@ -585,48 +585,20 @@ void run_latency(const LatencyOptions& o) {
   roof["matmul_peak_unavailable"] = "built without oneDNN";
 #endif
 
-  // Limits: room for the largest batch at input_len + output_len tokens.
-  halo_limits lim{};
-  lim.struct_size = sizeof(lim);
+  // Limits: room for the largest batch at input_len + output_len tokens,
+  // proposed and checked as the engine does.
   const auto& e = o.engine;
-  lim.max_num_seqs = e.max_num_seqs > 0 ? e.max_num_seqs : max_batch;
-  lim.max_model_len = e.max_model_len > 0 ? e.max_model_len : o.input_len + o.output_len;
-  lim.max_num_batched_tokens = e.max_num_batched_tokens > 0
-                                   ? e.max_num_batched_tokens
-                                   : std::max({2048, o.input_len, max_batch});
-  lim.block_size = e.block_size;
-  lim.kv_cache_dtype = kv_dtype_asked;
-  if (kv_dtype_asked != HALO_KV_DTYPE_AUTO && plugin->api().abi_minor < 2)
-    throw Error(fmt::format(
-        "--kv-cache-dtype={} needs a plugin of ABI v1.2 or later; plugin '{}' is v{}.{}",
-        e.kv_cache_dtype, plugin->name(), plugin->api().abi_major, plugin->api().abi_minor));
+  halo_limits fallback{};
+  fallback.max_num_seqs = max_batch;
+  fallback.max_model_len = o.input_len + o.output_len;
+  fallback.max_num_batched_tokens = std::max({2048, o.input_len, max_batch});
+  halo_limits lim = engine::propose_limits(e, *plugin, fallback);
   const auto tp = clock_type::now();
   auto exe = std::make_shared<device::Executable>(dev, spec, bm.weights, lim, options);
   const double prepare_s = std::chrono::duration<double>(clock_type::now() - tp).count();
   lim = exe->limits();
-  auto agree = [&](const char* flag, int asked, int agreed) {
-    if (asked > 0 && asked != agreed)
-      throw Error(
-          fmt::format("{}={} contradicts the device: plugin '{}' runs this model with {}={}", flag,
-                      asked, plugin->name(), flag + 2, agreed));
-  };
-  agree("--max-num-seqs", e.max_num_seqs, lim.max_num_seqs);
-  agree("--max-model-len", e.max_model_len, lim.max_model_len);
-  agree("--max-num-batched-tokens", e.max_num_batched_tokens, lim.max_num_batched_tokens);
-  agree("--block-size", e.block_size, lim.block_size);
+  engine::check_agreed_limits(e, lim, *plugin);
   const bool has_kv_dtype = plugin->api().abi_minor >= 2;
-  if (kv_dtype_asked != HALO_KV_DTYPE_AUTO && lim.kv_cache_dtype != kv_dtype_asked)
-    throw Error(fmt::format(
-        "--kv-cache-dtype={} contradicts the device: plugin '{}' stores the KV cache as {}",
-        halo_kv_dtype_name(kv_dtype_asked), plugin->name(),
-        halo_kv_dtype_name(lim.kv_cache_dtype)));
-  if (lim.block_size <= 0 || lim.kv_bytes_per_block == 0 || lim.max_num_seqs <= 0 ||
-      lim.max_num_batched_tokens <= 0)
-    throw Error(fmt::format(
-        "plugin '{}' returned incomplete limits: max_num_seqs={} max_num_batched_tokens={} "
-        "block_size={} kv_bytes_per_block={}",
-        plugin->name(), lim.max_num_seqs, lim.max_num_batched_tokens, lim.block_size,
-        lim.kv_bytes_per_block));
   if (lim.max_model_len < o.input_len + o.output_len)
     throw Error(fmt::format(
         "plugin '{}' agreed max_model_len={}, less than --input-len={} + --output-len={}",

@@ -145,7 +145,7 @@ bool sagemaker_mode(const ServeOptions& o, const std::map<std::string, std::stri
 
 struct Plan {
   std::vector<ModelSettings> models;
-  std::vector<serve::OpenAIServer::Refusal> refused;  // settings errors
+  std::vector<serve::ServingCore::Refusal> refused;  // settings errors
 };
 
 // Every model to serve with its settings resolved layer by layer.
@@ -289,22 +289,22 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   ::signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
 
-  serve::ApiConfig api_cfg;
-  api_cfg.served_model_names = {plan.models.front().name};
-  api_cfg.model_root = plan.models.front().dir.string();
-  api_cfg.api_key = o.api_key;
-  if (api_cfg.api_key.empty())
-    if (const char* k = std::getenv("VLLM_API_KEY")) api_cfg.api_key = k;
-  api_cfg.max_queued_requests = o.max_queued_requests;
-  api_cfg.max_queued_tokens = o.max_queued_tokens;
-  api_cfg.version = HALO_VERSION;
-  api_cfg.limits = o.limits;
-  api_cfg.preprocess_threads = o.preprocess_threads;
+  serve::ServingConfig core_cfg;
+  core_cfg.max_queued_requests = o.max_queued_requests;
+  core_cfg.max_queued_tokens = o.max_queued_tokens;
+  core_cfg.limits = o.limits;
+  core_cfg.preprocess_threads = o.preprocess_threads;
+  std::string api_key = o.api_key;
+  if (api_key.empty())
+    if (const char* k = std::getenv("VLLM_API_KEY")) api_key = k;
 
-  // Listen first, so /health answers (503) while the models load.
-  auto api = std::make_unique<serve::OpenAIServer>(api_cfg);
-  auto kserve = std::make_unique<serve::KServeFrontend>(*api, HALO_VERSION);
-  auto sagemaker = std::make_unique<serve::SageMakerFrontend>(*api);
+  // Listen first, so /health answers (503) while the models load. The
+  // frontends are codecs over one serving core.
+  auto core = std::make_unique<serve::ServingCore>(core_cfg);
+  auto ctx = std::make_unique<serve::FrontendContext>(*core, api_key);
+  auto api = std::make_unique<serve::OpenAIServer>(*ctx, serve::ApiConfig{HALO_VERSION});
+  auto kserve = std::make_unique<serve::KServeFrontend>(*ctx, HALO_VERSION);
+  auto sagemaker = std::make_unique<serve::SageMakerFrontend>(*ctx);
   serve::HttpServerOptions hopts;
   hopts.host = o.host;
   hopts.port = o.port;
@@ -323,22 +323,22 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   const std::string url = fmt::format("http://{}:{}", host, http->port());
   spdlog::info("listening on {} ({} model(s) loading)", url, plan.models.size());
 
-  for (const auto& r : plan.refused) api->refuse_model(r.name, r.reason);
+  for (const auto& r : plan.refused) core->refuse_model(r.name, r.reason);
   serve::LoadOptions lopts;
   lopts.chat_template = o.chat_template;
-  size_t served = serve::load_models(plan.models, *api, lopts);
+  size_t served = serve::load_models(plan.models, *core, lopts);
   if (served == 0) {
-    auto refused = api->refused_models();
+    auto refused = core->refused_models();
     http->stop();
     throw Error(refused.empty() ? "no model could be served" : refused.back().reason);
   }
-  api->set_ready();
+  core->set_ready();
 
   std::vector<std::string> names;
-  for (const auto& m : api->served_models()) names.push_back(m->name());
+  for (const auto& m : core->served_models()) names.push_back(m->name());
   const auto& name = names.front();
   // Double quotes, so the shell expands the variable.
-  std::string auth = api_cfg.api_key.empty() ? "" : " -H \"Authorization: Bearer $HALO_API_KEY\"";
+  std::string auth = api_key.empty() ? "" : " -H \"Authorization: Bearer $HALO_API_KEY\"";
   std::string example = fmt::format(
       "halo serve: {} ready at {}/v1 (also KServe v2 at {}/v2/models/NAME/generate and SageMaker at "
       "{}/invocations)\n"
@@ -353,15 +353,15 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::warn("received {}: stopping (no new connections; {} requests in flight, waiting up to {:.0f} s)",
-               sig == SIGTERM ? "SIGTERM" : "SIGINT", api->active_requests(), o.shutdown_timeout);
-  api->set_draining();
+               sig == SIGTERM ? "SIGTERM" : "SIGINT", core->active_requests(), o.shutdown_timeout);
+  core->set_draining();
   http->stop_accepting();
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000));
   bool idle = false;
   while (!idle) {
     auto step = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
-    idle = api->wait_idle(step);
+    idle = core->wait_idle(step);
     if (idle || std::chrono::steady_clock::now() >= deadline) break;
     timespec zero{0, 0};
     if (sigtimedwait(&signals, nullptr, &zero) > 0) {
@@ -370,15 +370,20 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
     }
   }
   if (!idle) {
-    api->abort_all("shutdown deadline reached");
-    api->wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    core->abort_all("shutdown deadline reached");
+    core->wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   }
   // Let the last bytes of the responses leave before the sockets close.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   http->stop();  // no handler runs after this
+  // The core first: it joins the preprocessing tasks (which call into the
+  // frontends) and stops the pump thread, the only other writer to the
+  // connections; it frees the engines. The frontends are not called after.
+  core.reset();
   kserve.reset();
   sagemaker.reset();
-  api.reset();   // stops the pump thread, the only other writer to the connections; frees the engines
+  api.reset();
+  ctx.reset();
   http.reset();
   spdlog::info("stopped");
 }

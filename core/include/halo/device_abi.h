@@ -2,7 +2,10 @@
  *  1.1: compile, device_get_stats, halo_model_spec.compiled_model_dir / compiled_target;
  *  1.2: halo_limits.kv_cache_dtype;
  *  1.3: halo_limits.compute_dtype; status codes DEVICE_LOST, UNAVAILABLE,
- *       DEADLINE_EXCEEDED; unknown options are refused (halo_option).
+ *       DEADLINE_EXCEEDED; unknown options are refused (halo_option);
+ *       HALO_CAP_TENSOR_PARALLEL, halo_device_properties.kv_cache_dtypes
+ *       and .compute_dtypes (the device facts the core needs before a model
+ *       is prepared, so that it knows no device names).
  *
  * A device plugin is a shared library that exports one symbol,
  *
@@ -189,6 +192,10 @@ typedef enum halo_device_kind {
 #define HALO_CAP_MIXED_BATCH (1u << 4)         /* prefill and decode in one step */
 #define HALO_CAP_STATIC_SHAPES (1u << 5)       /* limits are fixed when prepared */
 #define HALO_CAP_BUFFERS (1u << 6)             /* buffer_* calls are implemented */
+/* v1.3: device_open and prepare take the option "tensor_parallel_size" (the
+ * chips or devices one model is split over). Without the bit the core
+ * refuses a tensor-parallel size above 1 for this device. */
+#define HALO_CAP_TENSOR_PARALLEL (1u << 7)
 
 typedef struct halo_device_properties {
   size_t struct_size;
@@ -203,6 +210,17 @@ typedef struct halo_device_properties {
   int32_t max_batch_size;
   int32_t required_block_size;
   int32_t max_model_len;
+  /* v1.3: the KV cache element types the device can keep, one bit
+   * HALO_DTYPE_BIT(d) per halo_kv_dtype d; 0: not said. The core sizes the
+   * KV cache from it before a model is prepared (prepare's kv_cache_dtype is
+   * the final word). */
+  uint32_t kv_cache_dtypes;
+  /* v1.3: the halo_compute_dtype values prepare's option "dtype" takes
+   * ("float32", "bfloat16", "float16"), one bit HALO_DTYPE_BIT(d) each: the
+   * plugin then computes the model in that type whatever its weights are
+   * stored in. 0: the plugin takes no "dtype" option and computes a model in
+   * its stored dtype (the core never sends one). */
+  uint32_t compute_dtypes;
 } halo_device_properties;
 
 typedef struct halo_device_count_args {
@@ -343,6 +361,10 @@ typedef enum halo_kv_dtype {
   HALO_KV_DTYPE_BF16 = 2,
   HALO_KV_DTYPE_FP16 = 3,
 } halo_kv_dtype;
+
+/* v1.3: the bit of a halo_kv_dtype or halo_compute_dtype in
+ * halo_device_properties.kv_cache_dtypes and .compute_dtypes. */
+#define HALO_DTYPE_BIT(d) (1u << (uint32_t)(d))
 
 /* Name of a halo_kv_dtype for messages ("auto", "fp32", "bf16", "fp16"). */
 static inline const char* halo_kv_dtype_name(int32_t d) {

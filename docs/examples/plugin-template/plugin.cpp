@@ -197,6 +197,10 @@ halo_error* device_get_properties(halo_device_get_properties_args* args) {
     p.memory_free_bytes = host_memory(_SC_AVPHYS_PAGES);
     p.num_chips = 1;
     p.capabilities = kCapabilities;
+#if HALO_ABI_VERSION_MINOR >= 3
+    p.kv_cache_dtypes = HALO_DTYPE_BIT(HALO_KV_DTYPE_FP32);  // the only KV type it keeps
+    p.compute_dtypes = 0;  // no option "dtype": it computes in fp32 whatever it is given
+#endif
     // Write only the fields an older caller's struct has room for.
     const size_t n = std::min(size, sizeof p) - sizeof p.struct_size;
     std::memcpy(reinterpret_cast<char*>(out) + sizeof p.struct_size,

@@ -56,6 +56,9 @@ halo_error* device_get_properties(halo_device_get_properties_args* args) {
     p.max_batch_size = 0;
     p.required_block_size = 0;
     p.max_model_len = 0;
+    p.kv_cache_dtypes = HALO_DTYPE_BIT(HALO_KV_DTYPE_FP32) | HALO_DTYPE_BIT(HALO_KV_DTYPE_BF16);
+    // Its option dtype: bfloat16 or float32 matmuls (no fp16 arithmetic).
+    p.compute_dtypes = HALO_DTYPE_BIT(HALO_COMPUTE_DTYPE_FP32) | HALO_DTYPE_BIT(HALO_COMPUTE_DTYPE_BF16);
     HALO_PUT(out, size, p, kind);
     HALO_PUT(out, size, p, name);
     HALO_PUT(out, size, p, vendor);
@@ -66,6 +69,8 @@ halo_error* device_get_properties(halo_device_get_properties_args* args) {
     HALO_PUT(out, size, p, max_batch_size);
     HALO_PUT(out, size, p, required_block_size);
     HALO_PUT(out, size, p, max_model_len);
+    HALO_PUT(out, size, p, kv_cache_dtypes);
+    HALO_PUT(out, size, p, compute_dtypes);
   });
 }
 #undef HALO_PUT

@@ -13,8 +13,8 @@ namespace halo::cuda {
 
 namespace {
 
-constexpr uint32_t kCapabilities =
-    HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS;
+constexpr uint32_t kCapabilities = HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_CHUNKED_PREFILL |
+                                   HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS | HALO_CAP_TENSOR_PARALLEL;
 
 
 int check_device_index(const char* where, int32_t index) {
@@ -65,6 +65,7 @@ halo_error* device_get_properties(halo_device_get_properties_args* args) {
     p.memory_free_bytes = free_b;
     p.num_chips = 1;
     p.capabilities = kCapabilities;
+    p.kv_cache_dtypes = HALO_DTYPE_BIT(HALO_KV_DTYPE_BF16) | HALO_DTYPE_BIT(HALO_KV_DTYPE_FP16);
     HALO_PUT(out, size, p, kind);
     HALO_PUT(out, size, p, name);
     HALO_PUT(out, size, p, vendor);
@@ -75,6 +76,8 @@ halo_error* device_get_properties(halo_device_get_properties_args* args) {
     HALO_PUT(out, size, p, max_batch_size);
     HALO_PUT(out, size, p, required_block_size);
     HALO_PUT(out, size, p, max_model_len);
+    HALO_PUT(out, size, p, kv_cache_dtypes);
+    HALO_PUT(out, size, p, compute_dtypes);  // 0: no dtype option
   });
 }
 #undef HALO_PUT

@@ -119,7 +119,8 @@ nlohmann::json spec_to_json(const halo_model_spec& s) {
 
 namespace {
 
-constexpr uint32_t kCapabilities = HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_STATIC_SHAPES;
+constexpr uint32_t kCapabilities =
+    HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_STATIC_SHAPES | HALO_CAP_TENSOR_PARALLEL;
 
 
 void check_index(const char* where, int32_t index) {
@@ -163,6 +164,7 @@ halo_error* device_get_properties(halo_device_get_properties_args* args) {
     p.memory_free_bytes = free_bytes;
     p.num_chips = static_cast<int32_t>(d.chips.size());
     p.capabilities = kCapabilities;
+    p.kv_cache_dtypes = HALO_DTYPE_BIT(HALO_KV_DTYPE_FP32);
     // Batch size, block size and max length are fixed per compiled model
     // (halo compile), not by the device: 0 here, the compiled values at prepare.
     HALO_PUT(out, size, p, kind);
@@ -175,6 +177,8 @@ halo_error* device_get_properties(halo_device_get_properties_args* args) {
     HALO_PUT(out, size, p, max_batch_size);
     HALO_PUT(out, size, p, required_block_size);
     HALO_PUT(out, size, p, max_model_len);
+    HALO_PUT(out, size, p, kv_cache_dtypes);
+    HALO_PUT(out, size, p, compute_dtypes);  // 0: no dtype option
   });
 }
 #undef HALO_PUT
