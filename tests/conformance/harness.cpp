@@ -365,30 +365,30 @@ Model::Model(const ModelConfig& c) : cfg(c) {
     tensors_.push_back(std::move(t));
     values.emplace_back(kind, std::move(v));
   };
-  add("embed_tokens", {V, H}, kEmbed);
+  add(HALO_WEIGHT_EMBED_TOKENS, {V, H}, kEmbed);
   for (int l = 0; l < c.layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    add(p + "attn_norm", {H}, kNorm);
-    add(p + "q_proj", {NQ, H}, kMatrix);
-    add(p + "k_proj", {NKV, H}, kMatrix);
-    add(p + "v_proj", {NKV, H}, kMatrix);
+    const std::string p = HALO_WEIGHT_LAYER_PREFIX + std::to_string(l) + ".";
+    add(p + HALO_WEIGHT_ATTN_NORM, {H}, kNorm);
+    add(p + HALO_WEIGHT_Q_PROJ, {NQ, H}, kMatrix);
+    add(p + HALO_WEIGHT_K_PROJ, {NKV, H}, kMatrix);
+    add(p + HALO_WEIGHT_V_PROJ, {NKV, H}, kMatrix);
     if (c.flags & HALO_MODEL_QKV_BIAS) {
-      add(p + "q_bias", {NQ}, kBias);
-      add(p + "k_bias", {NKV}, kBias);
-      add(p + "v_bias", {NKV}, kBias);
+      add(p + HALO_WEIGHT_Q_BIAS, {NQ}, kBias);
+      add(p + HALO_WEIGHT_K_BIAS, {NKV}, kBias);
+      add(p + HALO_WEIGHT_V_BIAS, {NKV}, kBias);
     }
     if (c.flags & HALO_MODEL_QK_NORM) {
-      add(p + "q_norm", {c.head_dim}, kNorm);
-      add(p + "k_norm", {c.head_dim}, kNorm);
+      add(p + HALO_WEIGHT_Q_NORM, {c.head_dim}, kNorm);
+      add(p + HALO_WEIGHT_K_NORM, {c.head_dim}, kNorm);
     }
-    add(p + "o_proj", {H, NQ}, kMatrix);
-    add(p + "mlp_norm", {H}, kNorm);
-    add(p + "gate_proj", {I, H}, kMatrix);
-    add(p + "up_proj", {I, H}, kMatrix);
-    add(p + "down_proj", {H, I}, kMatrix);
+    add(p + HALO_WEIGHT_O_PROJ, {H, NQ}, kMatrix);
+    add(p + HALO_WEIGHT_MLP_NORM, {H}, kNorm);
+    add(p + HALO_WEIGHT_GATE_PROJ, {I, H}, kMatrix);
+    add(p + HALO_WEIGHT_UP_PROJ, {I, H}, kMatrix);
+    add(p + HALO_WEIGHT_DOWN_PROJ, {H, I}, kMatrix);
   }
-  add("final_norm", {H}, kNorm);
-  if (!(c.flags & HALO_MODEL_TIED_EMBEDDINGS)) add("lm_head", {V, H}, kMatrix);
+  add(HALO_WEIGHT_FINAL_NORM, {H}, kNorm);
+  if (!(c.flags & HALO_MODEL_TIED_EMBEDDINGS)) add(HALO_WEIGHT_LM_HEAD, {V, H}, kMatrix);
 
   size_t total = 0;
   for (size_t i = 0; i < tensors_.size(); ++i) {

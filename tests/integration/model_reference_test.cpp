@@ -56,14 +56,17 @@ class ModelReference : public ::testing::TestWithParam<Case> {
 nlohmann::json reference(const fs::path& dir, const std::vector<int32_t>& prompt = kPrompt,
                          int steps = 16, bool all_logits = false) {
   std::string ids = fmt::format("{}", fmt::join(prompt, ","));
-  fs::path out = dir.parent_path() / fmt::format("halo-ref-out-{}.json", getpid());
+  // In the temporary directory: `dir` may be the source tree's model.
+  const fs::path out = fs::temp_directory_path() / fmt::format("halo-ref-out-{}.json", getpid());
   int rc = run(fmt::format("{} {}/tests/reference/forward.py {} --prompt-ids {} --steps {} {} > {}",
                            HALO_PYTHON, HALO_SOURCE_DIR, dir.string(), ids, steps,
                            all_logits ? "--all-logits" : "", out.string()));
-  if (rc != 0)
+  if (rc != 0) {
+    fs::remove(out);
     throw std::runtime_error(
         "tests/reference/forward.py failed (is python3-numpy installed? run "
         "scripts/install-deps.sh --test)");
+  }
   std::ifstream in(out);
   auto j = nlohmann::json::parse(in);
   fs::remove(out);

@@ -181,21 +181,21 @@ std::shared_ptr<GeneratedModel> generate_model(const Shape& s, const DType& dt, 
     m->names.push_back(std::move(name));
     m->shapes.push_back({rows, cols});
   };
-  add("embed_tokens", V, H);
+  add(HALO_WEIGHT_EMBED_TOKENS, V, H);
   for (int i = 0; i < s.layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    add(p + "attn_norm", H, 0);
-    add(p + "q_proj", NQ, H);
-    add(p + "k_proj", NKV, H);
-    add(p + "v_proj", NKV, H);
-    add(p + "o_proj", H, NQ);
-    add(p + "mlp_norm", H, 0);
-    add(p + "gate_proj", I, H);
-    add(p + "up_proj", I, H);
-    add(p + "down_proj", H, I);
+    const std::string p = HALO_WEIGHT_LAYER_PREFIX + std::to_string(i) + ".";
+    add(p + HALO_WEIGHT_ATTN_NORM, H, 0);
+    add(p + HALO_WEIGHT_Q_PROJ, NQ, H);
+    add(p + HALO_WEIGHT_K_PROJ, NKV, H);
+    add(p + HALO_WEIGHT_V_PROJ, NKV, H);
+    add(p + HALO_WEIGHT_O_PROJ, H, NQ);
+    add(p + HALO_WEIGHT_MLP_NORM, H, 0);
+    add(p + HALO_WEIGHT_GATE_PROJ, I, H);
+    add(p + HALO_WEIGHT_UP_PROJ, I, H);
+    add(p + HALO_WEIGHT_DOWN_PROJ, H, I);
   }
-  add("final_norm", H, 0);
-  add("lm_head", V, H);
+  add(HALO_WEIGHT_FINAL_NORM, H, 0);
+  add(HALO_WEIGHT_LM_HEAD, V, H);
 
   const size_t esize = dt.dl.bits / 8;
   std::vector<uint64_t> offset(m->names.size());
@@ -376,7 +376,7 @@ Costs model_costs(const BenchModel& bm) {
   for (const auto& w : bm.weights) {
     const uint64_t n = numel(*w.tensor), e = w.tensor->dtype.bits / 8u;
     c.parameters += n;
-    if (std::string_view(w.name) == "embed_tokens") {
+    if (std::string_view(w.name) == HALO_WEIGHT_EMBED_TOKENS) {
       c.embed_row_bytes = H * e;
       if (tied) c.stream_bytes += n * e;  // read again as the lm_head
     } else {

@@ -318,7 +318,29 @@ typedef struct halo_model_spec {
  *   final_norm                       [hidden]
  *   lm_head                          [vocab, hidden]      (absent when tied)
  * Matrices are row-major [out, in] as in PyTorch's nn.Linear. Tensors may be
- * fp32, bf16 or fp16 and may carry a byte_offset (views into fused tensors). */
+ * fp32, bf16 or fp16 and may carry a byte_offset (views into fused tensors).
+ *
+ * v1.3: the names are spelled once, here; the core and the plugins use these
+ * macros. A layer weight's name is HALO_WEIGHT_LAYER_PREFIX "{i}." suffix,
+ * e.g. "layers.3.q_proj". (Only macros: a v1.2 plugin sees the same strings.) */
+#define HALO_WEIGHT_EMBED_TOKENS "embed_tokens"
+#define HALO_WEIGHT_FINAL_NORM "final_norm"
+#define HALO_WEIGHT_LM_HEAD "lm_head"
+#define HALO_WEIGHT_LAYER_PREFIX "layers."
+#define HALO_WEIGHT_ATTN_NORM "attn_norm"
+#define HALO_WEIGHT_Q_PROJ "q_proj"
+#define HALO_WEIGHT_K_PROJ "k_proj"
+#define HALO_WEIGHT_V_PROJ "v_proj"
+#define HALO_WEIGHT_Q_BIAS "q_bias"
+#define HALO_WEIGHT_K_BIAS "k_bias"
+#define HALO_WEIGHT_V_BIAS "v_bias"
+#define HALO_WEIGHT_Q_NORM "q_norm"
+#define HALO_WEIGHT_K_NORM "k_norm"
+#define HALO_WEIGHT_O_PROJ "o_proj"
+#define HALO_WEIGHT_MLP_NORM "mlp_norm"
+#define HALO_WEIGHT_GATE_PROJ "gate_proj"
+#define HALO_WEIGHT_UP_PROJ "up_proj"
+#define HALO_WEIGHT_DOWN_PROJ "down_proj"
 typedef struct halo_named_tensor {
   const char* name;
   const DLTensor* tensor;

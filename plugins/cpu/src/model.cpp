@@ -156,33 +156,35 @@ void prepare(halo_prepare_args* args) {
     for (const auto* v : vs) out.insert(out.end(), v->begin(), v->end());
     return out;
   };
-  exe->embed = w.get("embed_tokens", {V, H});
+  exe->embed = w.get(HALO_WEIGHT_EMBED_TOKENS, {V, H});
   exe->layer.resize(static_cast<size_t>(s.num_layers));
   for (int32_t i = 0; i < s.num_layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
+    const std::string p = HALO_WEIGHT_LAYER_PREFIX + std::to_string(i) + ".";
     halo::cpu::Layer& L = exe->layer[static_cast<size_t>(i)];
-    L.attn_norm = w.vec(p + "attn_norm", H);
+    L.attn_norm = w.vec(p + HALO_WEIGHT_ATTN_NORM, H);
     std::vector<float> qkv_bias;
     if (s.flags & HALO_MODEL_QKV_BIAS) {
-      const auto qb = w.vec(p + "q_bias", NQ), kb = w.vec(p + "k_bias", NKV),
-                 vb = w.vec(p + "v_bias", NKV);
+      const auto qb = w.vec(p + HALO_WEIGHT_Q_BIAS, NQ), kb = w.vec(p + HALO_WEIGHT_K_BIAS, NKV),
+                 vb = w.vec(p + HALO_WEIGHT_V_BIAS, NKV);
       qkv_bias = cat({&qb, &kb, &vb});
     }
-    L.qkv = linear({{p + "q_proj", NQ}, {p + "k_proj", NKV}, {p + "v_proj", NKV}}, H,
-                   std::move(qkv_bias));
+    L.qkv = linear({{p + HALO_WEIGHT_Q_PROJ, NQ},
+                    {p + HALO_WEIGHT_K_PROJ, NKV},
+                    {p + HALO_WEIGHT_V_PROJ, NKV}},
+                   H, std::move(qkv_bias));
     if (s.flags & HALO_MODEL_QK_NORM) {
-      L.q_norm = w.vec(p + "q_norm", s.head_dim);
-      L.k_norm = w.vec(p + "k_norm", s.head_dim);
+      L.q_norm = w.vec(p + HALO_WEIGHT_Q_NORM, s.head_dim);
+      L.k_norm = w.vec(p + HALO_WEIGHT_K_NORM, s.head_dim);
     }
-    L.o_proj = linear({{p + "o_proj", H}}, NQ, {});
-    L.mlp_norm = w.vec(p + "mlp_norm", H);
-    L.gate_up = linear({{p + "gate_proj", I}, {p + "up_proj", I}}, H, {});
-    L.down_proj = linear({{p + "down_proj", H}}, I, {});
+    L.o_proj = linear({{p + HALO_WEIGHT_O_PROJ, H}}, NQ, {});
+    L.mlp_norm = w.vec(p + HALO_WEIGHT_MLP_NORM, H);
+    L.gate_up = linear({{p + HALO_WEIGHT_GATE_PROJ, I}, {p + HALO_WEIGHT_UP_PROJ, I}}, H, {});
+    L.down_proj = linear({{p + HALO_WEIGHT_DOWN_PROJ, H}}, I, {});
   }
-  exe->final_norm = w.vec("final_norm", H);
+  exe->final_norm = w.vec(HALO_WEIGHT_FINAL_NORM, H);
   const bool tied = s.flags & HALO_MODEL_TIED_EMBEDDINGS;
-  exe->lm_head = tied ? exe->embed : w.get("lm_head", {V, H});
-  exe->lm_head_run = linear({{tied ? "embed_tokens" : "lm_head", V}}, H, {});
+  exe->lm_head = tied ? exe->embed : w.get(HALO_WEIGHT_LM_HEAD, {V, H});
+  exe->lm_head_run = linear({{tied ? HALO_WEIGHT_EMBED_TOKENS : HALO_WEIGHT_LM_HEAD, V}}, H, {});
 
   // KV cache type: auto is bf16 for 16-bit checkpoints on the fast path, else fp32.
   const int32_t kv_asked = proposed_kv_dtype(lim);

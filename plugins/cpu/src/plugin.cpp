@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "errors.h"
+#include "halo/plugin_support/entry.h"
 #include "halo/plugin_support/options.h"
 #include "model.h"
 #include "sysinfo.h"
@@ -15,140 +16,83 @@ namespace {
 constexpr uint32_t kCapabilities = HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 |
                                    HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS;
 
-
-void check_device_index(const char* where, int32_t index) {
-  if (index != 0) out_of_range(where, ": device_index=", index, " is outside [0, 1)");
+void device_count(halo_device_count_args* args) {
+  check_args("device_count", args, "device_count: args");
+  args->count = 1;
 }
 
-halo_error* device_count(halo_device_count_args* args) {
-  return guarded("device_count", [&] {
-    check_args("device_count", args, "device_count: args");
-    args->count = 1;
-  });
+void device_get_properties(halo_device_get_properties_args* args) {
+  check_args("device_get_properties", args, "device_get_properties: args");
+  check_device_index("device_get_properties", args->device_index, 1);
+  const HostInfo info = host_info();
+  halo_device_properties p{};
+  p.kind = HALO_DEVICE_KIND_CPU;
+  std::strncpy(p.name, info.model_name.c_str(), sizeof(p.name) - 1);
+  std::strncpy(p.vendor, info.vendor.c_str(), sizeof(p.vendor) - 1);
+  p.memory_bytes = info.memory_total;
+  p.memory_free_bytes = info.memory_available;
+  p.num_chips = 1;
+  p.capabilities = kCapabilities;
+  p.max_batch_size = 0;
+  p.required_block_size = 0;
+  p.max_model_len = 0;
+  p.kv_cache_dtypes = HALO_DTYPE_BIT(HALO_KV_DTYPE_FP32) | HALO_DTYPE_BIT(HALO_KV_DTYPE_BF16);
+  // Its option dtype: bfloat16 or float32 matmuls (no fp16 arithmetic).
+  p.compute_dtypes = HALO_DTYPE_BIT(HALO_COMPUTE_DTYPE_FP32) | HALO_DTYPE_BIT(HALO_COMPUTE_DTYPE_BF16);
+  put_properties(args, p);
 }
 
-// Writes a field only when it lies wholly inside the caller's struct.
-#define HALO_PUT(dst, size, src, field)                                             \
-  do {                                                                              \
-    if (HALO_STRUCT_SIZE(halo_device_properties, field) <= (size))                  \
-      std::memcpy(&(dst)->field, &(src).field, sizeof((src).field));                \
-  } while (0)
-
-halo_error* device_get_properties(halo_device_get_properties_args* args) {
-  return guarded("device_get_properties", [&] {
-    check_args("device_get_properties", args, "device_get_properties: args");
-    check_device_index("device_get_properties", args->device_index);
-    halo_device_properties* out = args->properties;
-    if (out == nullptr) invalid("device_get_properties: properties is NULL");
-    const size_t size = out->struct_size;
-    if (size < HALO_STRUCT_SIZE(halo_device_properties, kind))
-      invalid("device_get_properties: properties->struct_size=", size, " is too small (at least ",
-              HALO_STRUCT_SIZE(halo_device_properties, kind), ")");
-    const HostInfo info = host_info();
-    halo_device_properties p{};
-    p.kind = HALO_DEVICE_KIND_CPU;
-    std::strncpy(p.name, info.model_name.c_str(), sizeof(p.name) - 1);
-    std::strncpy(p.vendor, info.vendor.c_str(), sizeof(p.vendor) - 1);
-    p.memory_bytes = info.memory_total;
-    p.memory_free_bytes = info.memory_available;
-    p.num_chips = 1;
-    p.capabilities = kCapabilities;
-    p.max_batch_size = 0;
-    p.required_block_size = 0;
-    p.max_model_len = 0;
-    p.kv_cache_dtypes = HALO_DTYPE_BIT(HALO_KV_DTYPE_FP32) | HALO_DTYPE_BIT(HALO_KV_DTYPE_BF16);
-    // Its option dtype: bfloat16 or float32 matmuls (no fp16 arithmetic).
-    p.compute_dtypes = HALO_DTYPE_BIT(HALO_COMPUTE_DTYPE_FP32) | HALO_DTYPE_BIT(HALO_COMPUTE_DTYPE_BF16);
-    HALO_PUT(out, size, p, kind);
-    HALO_PUT(out, size, p, name);
-    HALO_PUT(out, size, p, vendor);
-    HALO_PUT(out, size, p, memory_bytes);
-    HALO_PUT(out, size, p, memory_free_bytes);
-    HALO_PUT(out, size, p, num_chips);
-    HALO_PUT(out, size, p, capabilities);
-    HALO_PUT(out, size, p, max_batch_size);
-    HALO_PUT(out, size, p, required_block_size);
-    HALO_PUT(out, size, p, max_model_len);
-    HALO_PUT(out, size, p, kv_cache_dtypes);
-    HALO_PUT(out, size, p, compute_dtypes);
-  });
+void device_open(halo_device_open_args* args) {
+  check_args("device_open", args, "device_open: args");
+  check_device_index("device_open", args->device_index, 1);
+  OptionReader r("device_open", args->options, args->num_options);
+  const int threads = static_cast<int>(r.integer("threads", online_cpus(), 1, 1024));
+  r.also_known({"kernels", "matmul", "dtype"});  // prepare's
+  r.refuse_unknown();
+  auto dev = std::make_unique<halo_device>();
+  dev->device_index = args->device_index;
+  dev->threads = threads;
+  dev->state = std::make_shared<DeviceState>(threads);
+  args->device = dev.release();
 }
-#undef HALO_PUT
-
-halo_error* device_open(halo_device_open_args* args) {
-  return guarded("device_open", [&] {
-    check_args("device_open", args, "device_open: args");
-    check_device_index("device_open", args->device_index);
-    OptionReader r("device_open", args->options, args->num_options);
-    const int threads = static_cast<int>(r.integer("threads", online_cpus(), 1, 1024));
-    r.also_known({"kernels", "matmul", "dtype"});  // prepare's
-    r.refuse_unknown();
-    auto dev = std::make_unique<halo_device>();
-    dev->device_index = args->device_index;
-    dev->threads = threads;
-    dev->state = std::make_shared<DeviceState>(threads);
-    args->device = dev.release();
-  });
-}
-
-void device_destroy(halo_device* d) { std::unique_ptr<halo_device> owned(d); }
-
-halo_error* prepare_fn(halo_prepare_args* args) { return guarded("prepare", [&] { prepare(args); }); }
-void executable_destroy(halo_executable* e) { std::unique_ptr<halo_executable> owned(e); }
-
-halo_error* kv_cache_create_fn(halo_kv_cache_create_args* args) {
-  return guarded("kv_cache_create", [&] { kv_cache_create(args); });
-}
-halo_error* kv_cache_copy_blocks_fn(halo_kv_cache_copy_blocks_args* args) {
-  return guarded("kv_cache_copy_blocks", [&] { kv_cache_copy_blocks(args); });
-}
-void kv_cache_destroy(halo_kv_cache* kv) { std::unique_ptr<halo_kv_cache> owned(kv); }
-
-halo_error* execute_fn(halo_execute_args* args) { return guarded("execute", [&] { execute(args); }); }
 
 // ------------------------------------------------------------------ buffers
 
-halo_error* buffer_from_host(halo_buffer_from_host_args* args) {
-  return guarded("buffer_from_host", [&] {
-    check_args("buffer_from_host", args, "buffer_from_host: args");
-    if (args->device == nullptr) invalid("buffer_from_host: device is NULL");
-    const DLTensor* t = args->host;
-    if (t == nullptr) invalid("buffer_from_host: host is NULL");
-    const size_t bytes = host_tensor_bytes("buffer_from_host", t);
-    auto b = std::make_unique<halo_buffer>();
-    b->dtype = t->dtype;
-    b->shape.assign(t->shape, t->shape + t->ndim);
-    b->bytes.resize(bytes);
-    if (bytes > 0) std::memcpy(b->bytes.data(), static_cast<const char*>(t->data) + t->byte_offset, bytes);
-    args->buffer = b.release();
-  });
+void buffer_from_host(halo_buffer_from_host_args* args) {
+  check_args("buffer_from_host", args, "buffer_from_host: args");
+  if (args->device == nullptr) invalid("buffer_from_host: device is NULL");
+  const DLTensor* t = args->host;
+  if (t == nullptr) invalid("buffer_from_host: host is NULL");
+  const size_t bytes = host_tensor_bytes("buffer_from_host", t);
+  auto b = std::make_unique<halo_buffer>();
+  b->dtype = t->dtype;
+  b->shape.assign(t->shape, t->shape + t->ndim);
+  b->bytes.resize(bytes);
+  if (bytes > 0) std::memcpy(b->bytes.data(), static_cast<const char*>(t->data) + t->byte_offset, bytes);
+  args->buffer = b.release();
 }
 
-halo_error* buffer_to_host(halo_buffer_to_host_args* args) {
-  return guarded("buffer_to_host", [&] {
-    check_args("buffer_to_host", args, "buffer_to_host: args");
-    const halo_buffer* b = args->buffer;
-    if (b == nullptr) invalid("buffer_to_host: buffer is NULL");
-    DLTensor* t = args->host;
-    if (t == nullptr) invalid("buffer_to_host: host is NULL");
-    const size_t bytes = host_tensor_bytes("buffer_to_host", t);
-    if (t->dtype.code != b->dtype.code || t->dtype.bits != b->dtype.bits || t->dtype.lanes != b->dtype.lanes)
-      invalid("buffer_to_host: host dtype code=", static_cast<int>(t->dtype.code), " bits=",
-              static_cast<int>(t->dtype.bits), " does not match the buffer's code=", static_cast<int>(b->dtype.code),
-              " bits=", static_cast<int>(b->dtype.bits));
-    const bool same = static_cast<size_t>(t->ndim) == b->shape.size() &&
-                      std::equal(b->shape.begin(), b->shape.end(), t->shape);
-    if (!same) {
-      std::string want, got;
-      for (auto d : b->shape) want += cat(want.empty() ? "" : ", ", d);
-      for (int i = 0; i < t->ndim; ++i) got += cat(i ? ", " : "", t->shape[i]);
-      invalid("buffer_to_host: host shape [", got, "] does not match the buffer's shape [", want, "]");
-    }
-    if (bytes > 0) std::memcpy(static_cast<char*>(t->data) + t->byte_offset, b->bytes.data(), bytes);
-  });
+void buffer_to_host(halo_buffer_to_host_args* args) {
+  check_args("buffer_to_host", args, "buffer_to_host: args");
+  const halo_buffer* b = args->buffer;
+  if (b == nullptr) invalid("buffer_to_host: buffer is NULL");
+  DLTensor* t = args->host;
+  if (t == nullptr) invalid("buffer_to_host: host is NULL");
+  const size_t bytes = host_tensor_bytes("buffer_to_host", t);
+  if (t->dtype.code != b->dtype.code || t->dtype.bits != b->dtype.bits || t->dtype.lanes != b->dtype.lanes)
+    invalid("buffer_to_host: host dtype code=", static_cast<int>(t->dtype.code), " bits=",
+            static_cast<int>(t->dtype.bits), " does not match the buffer's code=", static_cast<int>(b->dtype.code),
+            " bits=", static_cast<int>(b->dtype.bits));
+  const bool same = static_cast<size_t>(t->ndim) == b->shape.size() &&
+                    std::equal(b->shape.begin(), b->shape.end(), t->shape);
+  if (!same) {
+    std::string want, got;
+    for (auto d : b->shape) want += cat(want.empty() ? "" : ", ", d);
+    for (int i = 0; i < t->ndim; ++i) got += cat(i ? ", " : "", t->shape[i]);
+    invalid("buffer_to_host: host shape [", got, "] does not match the buffer's shape [", want, "]");
+  }
+  if (bytes > 0) std::memcpy(static_cast<char*>(t->data) + t->byte_offset, b->bytes.data(), bytes);
 }
-
-void buffer_destroy(halo_buffer* b) { std::unique_ptr<halo_buffer> owned(b); }
 
 constexpr halo_plugin_api kApi = {
     sizeof(halo_plugin_api),
@@ -161,19 +105,19 @@ constexpr halo_plugin_api kApi = {
     error_code,
     error_message,
     error_destroy,
-    device_count,
-    device_get_properties,
-    device_open,
-    device_destroy,
-    prepare_fn,
-    executable_destroy,
-    kv_cache_create_fn,
-    kv_cache_copy_blocks_fn,
-    kv_cache_destroy,
-    execute_fn,
-    buffer_from_host,
-    buffer_to_host,
-    buffer_destroy,
+    entry<"device_count", device_count>,
+    entry<"device_get_properties", device_get_properties>,
+    entry<"device_open", device_open>,
+    destroy<halo_device>,
+    entry<"prepare", prepare>,
+    destroy<halo_executable>,
+    entry<"kv_cache_create", kv_cache_create>,
+    entry<"kv_cache_copy_blocks", kv_cache_copy_blocks>,
+    destroy<halo_kv_cache>,
+    entry<"execute", execute>,
+    entry<"buffer_from_host", buffer_from_host>,
+    entry<"buffer_to_host", buffer_to_host>,
+    destroy<halo_buffer>,
 #if HALO_ABI_VERSION_MINOR >= 1
     nullptr,  // compile: the CPU runs Hugging Face weights directly
     nullptr,  // device_get_stats

@@ -481,33 +481,33 @@ void prepare(halo_prepare_args* args) {
   const WeightSet w(args->weights, args->num_weights);
   const int64_t V = s.vocab_size, H = s.hidden_size, I = s.intermediate_size;
   const int64_t NQ = int64_t{s.num_heads} * s.head_dim, NKV = int64_t{s.num_kv_heads} * s.head_dim;
-  const Matrix embed = w.get("embed_tokens", {V, H});
+  const Matrix embed = w.get(HALO_WEIGHT_EMBED_TOKENS, {V, H});
   std::vector<HostLayer> hl(static_cast<size_t>(s.num_layers));
   for (int32_t i = 0; i < s.num_layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
+    const std::string p = HALO_WEIGHT_LAYER_PREFIX + std::to_string(i) + ".";
     HostLayer& L = hl[static_cast<size_t>(i)];
-    L.attn_norm = w.vec(p + "attn_norm", H);
-    L.q = w.get(p + "q_proj", {NQ, H});
-    L.k = w.get(p + "k_proj", {NKV, H});
-    L.v = w.get(p + "v_proj", {NKV, H});
+    L.attn_norm = w.vec(p + HALO_WEIGHT_ATTN_NORM, H);
+    L.q = w.get(p + HALO_WEIGHT_Q_PROJ, {NQ, H});
+    L.k = w.get(p + HALO_WEIGHT_K_PROJ, {NKV, H});
+    L.v = w.get(p + HALO_WEIGHT_V_PROJ, {NKV, H});
     if (s.flags & HALO_MODEL_QKV_BIAS) {
-      L.q_bias = w.vec(p + "q_bias", NQ);
-      L.k_bias = w.vec(p + "k_bias", NKV);
-      L.v_bias = w.vec(p + "v_bias", NKV);
+      L.q_bias = w.vec(p + HALO_WEIGHT_Q_BIAS, NQ);
+      L.k_bias = w.vec(p + HALO_WEIGHT_K_BIAS, NKV);
+      L.v_bias = w.vec(p + HALO_WEIGHT_V_BIAS, NKV);
     }
     if (s.flags & HALO_MODEL_QK_NORM) {
-      L.q_norm = w.vec(p + "q_norm", s.head_dim);
-      L.k_norm = w.vec(p + "k_norm", s.head_dim);
+      L.q_norm = w.vec(p + HALO_WEIGHT_Q_NORM, s.head_dim);
+      L.k_norm = w.vec(p + HALO_WEIGHT_K_NORM, s.head_dim);
     }
-    L.o = w.get(p + "o_proj", {H, NQ});
-    L.mlp_norm = w.vec(p + "mlp_norm", H);
-    L.gate = w.get(p + "gate_proj", {I, H});
-    L.up = w.get(p + "up_proj", {I, H});
-    L.down = w.get(p + "down_proj", {H, I});
+    L.o = w.get(p + HALO_WEIGHT_O_PROJ, {H, NQ});
+    L.mlp_norm = w.vec(p + HALO_WEIGHT_MLP_NORM, H);
+    L.gate = w.get(p + HALO_WEIGHT_GATE_PROJ, {I, H});
+    L.up = w.get(p + HALO_WEIGHT_UP_PROJ, {I, H});
+    L.down = w.get(p + HALO_WEIGHT_DOWN_PROJ, {H, I});
   }
-  const std::vector<float> final_norm = w.vec("final_norm", H);
+  const std::vector<float> final_norm = w.vec(HALO_WEIGHT_FINAL_NORM, H);
   const bool tied = s.flags & HALO_MODEL_TIED_EMBEDDINGS;
-  const Matrix lm_head = tied ? embed : w.get("lm_head", {V, H});
+  const Matrix lm_head = tied ? embed : w.get(HALO_WEIGHT_LM_HEAD, {V, H});
 
   // Compute type: the checkpoint's 16-bit type (bf16 wins a mix); fp32 -> bf16.
   bool any_bf16 = false, any_f16 = false, any_f32 = false;

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "errors.h"
+#include "halo/plugin_support/entry.h"
 #include "model.h"
 
 namespace halo::cuda {
@@ -16,179 +17,127 @@ namespace {
 constexpr uint32_t kCapabilities = HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_CHUNKED_PREFILL |
                                    HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS | HALO_CAP_TENSOR_PARALLEL;
 
-
 int check_device_index(const char* where, int32_t index) {
   const int n = visible_devices(where);
-  if (index < 0 || index >= n) out_of_range(where, ": device_index=", index, " is outside [0, ", n, ")");
+  halo::plugin::check_device_index(where, index, n);
   return n;
 }
 
-halo_error* device_count(halo_device_count_args* args) {
-  return guarded("device_count", [&] {
-    check_args("device_count", args, "device_count: args");
-    args->count = 0;
-    args->count = visible_devices("device_count");
-  });
+void device_count(halo_device_count_args* args) {
+  check_args("device_count", args, "device_count: args");
+  args->count = 0;
+  args->count = visible_devices("device_count");
 }
 
-#define HALO_PUT(dst, size, src, field)                                             \
-  do {                                                                              \
-    if (HALO_STRUCT_SIZE(halo_device_properties, field) <= (size))                  \
-      std::memcpy(&(dst)->field, &(src).field, sizeof((src).field));                \
-  } while (0)
-
-halo_error* device_get_properties(halo_device_get_properties_args* args) {
-  return guarded("device_get_properties", [&] {
-    check_args("device_get_properties", args, "device_get_properties: args");
-    halo_device_properties* out = args->properties;
-    if (out == nullptr) invalid("device_get_properties: properties is NULL");
-    const size_t size = out->struct_size;
-    if (size < HALO_STRUCT_SIZE(halo_device_properties, kind))
-      invalid("device_get_properties: properties->struct_size=", size, " is too small (at least ",
-              HALO_STRUCT_SIZE(halo_device_properties, kind), ")");
-    check_device_index("device_get_properties", args->device_index);
-    cudaDeviceProp prop{};
-    check_cuda(cudaGetDeviceProperties(&prop, args->device_index), "device_get_properties: cudaGetDeviceProperties");
-    size_t free_b = 0, total_b = 0;
-    int prev = 0;
-    check_cuda(cudaGetDevice(&prev), "device_get_properties: cudaGetDevice");
-    check_cuda(cudaSetDevice(args->device_index), "device_get_properties: cudaSetDevice");
-    const cudaError_t me = cudaMemGetInfo(&free_b, &total_b);
-    cudaSetDevice(prev);
-    check_cuda(me, "device_get_properties: cudaMemGetInfo");
-    halo_device_properties p{};
-    p.kind = HALO_DEVICE_KIND_GPU;
-    const std::string name = cat(prop.name, " (sm_", prop.major, prop.minor, ", ", prop.multiProcessorCount, " SMs)");
-    std::strncpy(p.name, name.c_str(), sizeof(p.name) - 1);
-    std::strncpy(p.vendor, "NVIDIA", sizeof(p.vendor) - 1);
-    p.memory_bytes = total_b;
-    p.memory_free_bytes = free_b;
-    p.num_chips = 1;
-    p.capabilities = kCapabilities;
-    p.kv_cache_dtypes = HALO_DTYPE_BIT(HALO_KV_DTYPE_BF16) | HALO_DTYPE_BIT(HALO_KV_DTYPE_FP16);
-    HALO_PUT(out, size, p, kind);
-    HALO_PUT(out, size, p, name);
-    HALO_PUT(out, size, p, vendor);
-    HALO_PUT(out, size, p, memory_bytes);
-    HALO_PUT(out, size, p, memory_free_bytes);
-    HALO_PUT(out, size, p, num_chips);
-    HALO_PUT(out, size, p, capabilities);
-    HALO_PUT(out, size, p, max_batch_size);
-    HALO_PUT(out, size, p, required_block_size);
-    HALO_PUT(out, size, p, max_model_len);
-    HALO_PUT(out, size, p, kv_cache_dtypes);
-    HALO_PUT(out, size, p, compute_dtypes);  // 0: no dtype option
-  });
+void device_get_properties(halo_device_get_properties_args* args) {
+  check_args("device_get_properties", args, "device_get_properties: args");
+  check_device_index("device_get_properties", args->device_index);
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, args->device_index), "device_get_properties: cudaGetDeviceProperties");
+  size_t free_b = 0, total_b = 0;
+  int prev = 0;
+  check_cuda(cudaGetDevice(&prev), "device_get_properties: cudaGetDevice");
+  check_cuda(cudaSetDevice(args->device_index), "device_get_properties: cudaSetDevice");
+  const cudaError_t me = cudaMemGetInfo(&free_b, &total_b);
+  cudaSetDevice(prev);
+  check_cuda(me, "device_get_properties: cudaMemGetInfo");
+  halo_device_properties p{};
+  p.kind = HALO_DEVICE_KIND_GPU;
+  const std::string name = cat(prop.name, " (sm_", prop.major, prop.minor, ", ", prop.multiProcessorCount, " SMs)");
+  std::strncpy(p.name, name.c_str(), sizeof(p.name) - 1);
+  std::strncpy(p.vendor, "NVIDIA", sizeof(p.vendor) - 1);
+  p.memory_bytes = total_b;
+  p.memory_free_bytes = free_b;
+  p.num_chips = 1;
+  p.capabilities = kCapabilities;
+  p.kv_cache_dtypes = HALO_DTYPE_BIT(HALO_KV_DTYPE_BF16) | HALO_DTYPE_BIT(HALO_KV_DTYPE_FP16);
+  put_properties(args, p);
 }
-#undef HALO_PUT
 
 // Options: tensor_parallel_size=N (GPUs device_index .. device_index+N-1 act
 // as one halo device), cuda_graphs=0|1 (decode graphs, on by default); any
 // other key is refused.
-halo_error* device_open(halo_device_open_args* args) {
-  return guarded("device_open", [&] {
-    check_args("device_open", args, "device_open: args");
-    const int n = check_device_index("device_open", args->device_index);
-    OptionReader opts("device_open", args->options, args->num_options);
-    const int tp = static_cast<int>(opts.integer("tensor_parallel_size", 1, 1, 1024));
-    const bool graphs = opts.integer("cuda_graphs", 1, 0, 1) == 1;
-    opts.refuse_unknown();  // prepare takes no options of its own
-    if (args->device_index + tp > n)
-      invalid("device_open: tensor_parallel_size=", tp, " from device_index=", args->device_index, " needs ",
-              args->device_index + tp, " GPUs, ", n, " are visible");
-    auto state = std::make_shared<DeviceState>();
-    for (int i = 0; i < tp; ++i) state->ordinals.push_back(args->device_index + i);
-    state->graphs = graphs;
-    if (tp > 1) {
+void device_open(halo_device_open_args* args) {
+  check_args("device_open", args, "device_open: args");
+  const int n = check_device_index("device_open", args->device_index);
+  OptionReader opts("device_open", args->options, args->num_options);
+  const int tp = static_cast<int>(opts.integer("tensor_parallel_size", 1, 1, 1024));
+  const bool graphs = opts.integer("cuda_graphs", 1, 0, 1) == 1;
+  opts.refuse_unknown();  // prepare takes no options of its own
+  if (args->device_index + tp > n)
+    invalid("device_open: tensor_parallel_size=", tp, " from device_index=", args->device_index, " needs ",
+            args->device_index + tp, " GPUs, ", n, " are visible");
+  auto state = std::make_shared<DeviceState>();
+  for (int i = 0; i < tp; ++i) state->ordinals.push_back(args->device_index + i);
+  state->graphs = graphs;
+  if (tp > 1) {
 #if HALO_CUDA_HAVE_NCCL
-      state->comms.resize(static_cast<size_t>(tp));
-      const ncclResult_t r = ncclCommInitAll(state->comms.data(), tp, state->ordinals.data());
-      if (r != ncclSuccess) {
-        state->comms.clear();
-        fail(HALO_STATUS_INTERNAL, "device_open: ncclCommInitAll over ", tp, " GPUs: ", ncclGetErrorString(r));
-      }
-#else
-      fail(HALO_STATUS_UNIMPLEMENTED, "device_open: tensor_parallel_size=", tp,
-           " needs NCCL, which was not found when this plugin was built");
-#endif
+    state->comms.resize(static_cast<size_t>(tp));
+    const ncclResult_t r = ncclCommInitAll(state->comms.data(), tp, state->ordinals.data());
+    if (r != ncclSuccess) {
+      state->comms.clear();
+      fail(HALO_STATUS_INTERNAL, "device_open: ncclCommInitAll over ", tp, " GPUs: ", ncclGetErrorString(r));
     }
-    auto dev = std::make_unique<halo_device>();
-    dev->device_index = args->device_index;
-    dev->state = std::move(state);
-    args->device = dev.release();
-  });
+#else
+    fail(HALO_STATUS_UNIMPLEMENTED, "device_open: tensor_parallel_size=", tp,
+         " needs NCCL, which was not found when this plugin was built");
+#endif
+  }
+  auto dev = std::make_unique<halo_device>();
+  dev->device_index = args->device_index;
+  dev->state = std::move(state);
+  args->device = dev.release();
 }
-
-void device_destroy(halo_device* d) { std::unique_ptr<halo_device> owned(d); }
-
-halo_error* prepare_fn(halo_prepare_args* args) { return guarded("prepare", [&] { prepare(args); }); }
-void executable_destroy(halo_executable* e) { std::unique_ptr<halo_executable> owned(e); }
-
-halo_error* kv_cache_create_fn(halo_kv_cache_create_args* args) {
-  return guarded("kv_cache_create", [&] { kv_cache_create(args); });
-}
-halo_error* kv_cache_copy_blocks_fn(halo_kv_cache_copy_blocks_args* args) {
-  return guarded("kv_cache_copy_blocks", [&] { kv_cache_copy_blocks(args); });
-}
-void kv_cache_destroy(halo_kv_cache* kv) { std::unique_ptr<halo_kv_cache> owned(kv); }
-
-halo_error* execute_fn(halo_execute_args* args) { return guarded("execute", [&] { execute(args); }); }
 
 // ------------------------------------------------------------------ buffers
 
-halo_error* buffer_from_host(halo_buffer_from_host_args* args) {
-  return guarded("buffer_from_host", [&] {
-    check_args("buffer_from_host", args, "buffer_from_host: args");
-    if (args->device == nullptr) invalid("buffer_from_host: device is NULL");
-    const DLTensor* t = args->host;
-    if (t == nullptr) invalid("buffer_from_host: host is NULL");
-    const size_t bytes = host_tensor_bytes("buffer_from_host", t);
-    auto b = std::make_unique<halo_buffer>();
-    b->dtype = t->dtype;
-    b->shape.assign(t->shape, t->shape + t->ndim);
-    b->device = args->device->state->ordinals[0];
-    b->bytes = bytes;
-    check_cuda(cudaSetDevice(b->device), "buffer_from_host: cudaSetDevice");
-    const cudaError_t e = cudaMalloc(&b->data, std::max<size_t>(bytes, 1));
-    if (e != cudaSuccess) {
-      b->data = nullptr;
-      fail(HALO_STATUS_OUT_OF_MEMORY, "buffer_from_host: cannot allocate ", bytes, " bytes: ", cudaGetErrorString(e));
-    }
-    if (bytes > 0)
-      check_cuda(cudaMemcpy(b->data, static_cast<const char*>(t->data) + t->byte_offset, bytes, cudaMemcpyHostToDevice),
-                 "buffer_from_host: cudaMemcpy");
-    args->buffer = b.release();
-  });
+void buffer_from_host(halo_buffer_from_host_args* args) {
+  check_args("buffer_from_host", args, "buffer_from_host: args");
+  if (args->device == nullptr) invalid("buffer_from_host: device is NULL");
+  const DLTensor* t = args->host;
+  if (t == nullptr) invalid("buffer_from_host: host is NULL");
+  const size_t bytes = host_tensor_bytes("buffer_from_host", t);
+  auto b = std::make_unique<halo_buffer>();
+  b->dtype = t->dtype;
+  b->shape.assign(t->shape, t->shape + t->ndim);
+  b->device = args->device->state->ordinals[0];
+  b->bytes = bytes;
+  check_cuda(cudaSetDevice(b->device), "buffer_from_host: cudaSetDevice");
+  const cudaError_t e = cudaMalloc(&b->data, std::max<size_t>(bytes, 1));
+  if (e != cudaSuccess) {
+    b->data = nullptr;
+    fail(HALO_STATUS_OUT_OF_MEMORY, "buffer_from_host: cannot allocate ", bytes, " bytes: ", cudaGetErrorString(e));
+  }
+  if (bytes > 0)
+    check_cuda(cudaMemcpy(b->data, static_cast<const char*>(t->data) + t->byte_offset, bytes, cudaMemcpyHostToDevice),
+               "buffer_from_host: cudaMemcpy");
+  args->buffer = b.release();
 }
 
-halo_error* buffer_to_host(halo_buffer_to_host_args* args) {
-  return guarded("buffer_to_host", [&] {
-    check_args("buffer_to_host", args, "buffer_to_host: args");
-    const halo_buffer* b = args->buffer;
-    if (b == nullptr) invalid("buffer_to_host: buffer is NULL");
-    DLTensor* t = args->host;
-    if (t == nullptr) invalid("buffer_to_host: host is NULL");
-    const size_t bytes = host_tensor_bytes("buffer_to_host", t);
-    if (t->dtype.code != b->dtype.code || t->dtype.bits != b->dtype.bits || t->dtype.lanes != b->dtype.lanes)
-      invalid("buffer_to_host: host dtype code=", static_cast<int>(t->dtype.code), " bits=",
-              static_cast<int>(t->dtype.bits), " does not match the buffer's code=", static_cast<int>(b->dtype.code),
-              " bits=", static_cast<int>(b->dtype.bits));
-    const bool same = static_cast<size_t>(t->ndim) == b->shape.size() &&
-                      std::equal(b->shape.begin(), b->shape.end(), t->shape);
-    if (!same) {
-      std::string want, got;
-      for (auto d : b->shape) want += cat(want.empty() ? "" : ", ", d);
-      for (int i = 0; i < t->ndim; ++i) got += cat(i ? ", " : "", t->shape[i]);
-      invalid("buffer_to_host: host shape [", got, "] does not match the buffer's shape [", want, "]");
-    }
-    check_cuda(cudaSetDevice(b->device), "buffer_to_host: cudaSetDevice");
-    if (bytes > 0)
-      check_cuda(cudaMemcpy(static_cast<char*>(t->data) + t->byte_offset, b->data, bytes, cudaMemcpyDeviceToHost),
-                 "buffer_to_host: cudaMemcpy");
-  });
+void buffer_to_host(halo_buffer_to_host_args* args) {
+  check_args("buffer_to_host", args, "buffer_to_host: args");
+  const halo_buffer* b = args->buffer;
+  if (b == nullptr) invalid("buffer_to_host: buffer is NULL");
+  DLTensor* t = args->host;
+  if (t == nullptr) invalid("buffer_to_host: host is NULL");
+  const size_t bytes = host_tensor_bytes("buffer_to_host", t);
+  if (t->dtype.code != b->dtype.code || t->dtype.bits != b->dtype.bits || t->dtype.lanes != b->dtype.lanes)
+    invalid("buffer_to_host: host dtype code=", static_cast<int>(t->dtype.code), " bits=",
+            static_cast<int>(t->dtype.bits), " does not match the buffer's code=", static_cast<int>(b->dtype.code),
+            " bits=", static_cast<int>(b->dtype.bits));
+  const bool same = static_cast<size_t>(t->ndim) == b->shape.size() &&
+                    std::equal(b->shape.begin(), b->shape.end(), t->shape);
+  if (!same) {
+    std::string want, got;
+    for (auto d : b->shape) want += cat(want.empty() ? "" : ", ", d);
+    for (int i = 0; i < t->ndim; ++i) got += cat(i ? ", " : "", t->shape[i]);
+    invalid("buffer_to_host: host shape [", got, "] does not match the buffer's shape [", want, "]");
+  }
+  check_cuda(cudaSetDevice(b->device), "buffer_to_host: cudaSetDevice");
+  if (bytes > 0)
+    check_cuda(cudaMemcpy(static_cast<char*>(t->data) + t->byte_offset, b->data, bytes, cudaMemcpyDeviceToHost),
+               "buffer_to_host: cudaMemcpy");
 }
-
-void buffer_destroy(halo_buffer* b) { std::unique_ptr<halo_buffer> owned(b); }
 
 // Designated initializers: entries a newer header appends stay NULL
 // (unsupported), as the ABI's evolution rules allow.
@@ -205,19 +154,19 @@ constexpr halo_plugin_api kApi = {
     .error_code = error_code,
     .error_message = error_message,
     .error_destroy = error_destroy,
-    .device_count = device_count,
-    .device_get_properties = device_get_properties,
-    .device_open = device_open,
-    .device_destroy = device_destroy,
-    .prepare = prepare_fn,
-    .executable_destroy = executable_destroy,
-    .kv_cache_create = kv_cache_create_fn,
-    .kv_cache_copy_blocks = kv_cache_copy_blocks_fn,
-    .kv_cache_destroy = kv_cache_destroy,
-    .execute = execute_fn,
-    .buffer_from_host = buffer_from_host,
-    .buffer_to_host = buffer_to_host,
-    .buffer_destroy = buffer_destroy,
+    .device_count = entry<"device_count", device_count>,
+    .device_get_properties = entry<"device_get_properties", device_get_properties>,
+    .device_open = entry<"device_open", device_open>,
+    .device_destroy = destroy<halo_device>,
+    .prepare = entry<"prepare", prepare>,
+    .executable_destroy = destroy<halo_executable>,
+    .kv_cache_create = entry<"kv_cache_create", kv_cache_create>,
+    .kv_cache_copy_blocks = entry<"kv_cache_copy_blocks", kv_cache_copy_blocks>,
+    .kv_cache_destroy = destroy<halo_kv_cache>,
+    .execute = entry<"execute", execute>,
+    .buffer_from_host = entry<"buffer_from_host", buffer_from_host>,
+    .buffer_to_host = entry<"buffer_to_host", buffer_to_host>,
+    .buffer_destroy = destroy<halo_buffer>,
 #if HALO_ABI_VERSION_MINOR >= 1
     .compile = nullptr,           // ahead-of-time compilation: not needed on GPUs
     .device_get_stats = nullptr,  // not implemented yet

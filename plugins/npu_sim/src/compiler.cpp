@@ -108,6 +108,7 @@ std::string gib(double b) {
 
 // Names of the weight slots in chip files.
 std::string slot_name(uint32_t slot) {
+  // The chip file's own slot names (a compiled model's format), not the ABI's.
   static const char* global[] = {"embed", "final_norm", "lm_head"};
   static const char* layer[] = {"attn_norm", "q", "k", "v", "q_bias", "k_bias", "v_bias",
                                 "q_norm", "k_norm", "o", "mlp_norm", "gate", "up", "down"};
@@ -315,9 +316,9 @@ void compile(halo_compile_args* a) {
   if (ec || !a->out_dir) fail(HALO_STATUS_INTERNAL, "compile: cannot create ", a->out_dir ? a->out_dir : "(NULL out_dir)", ": ", ec.message());
   const fs::path out = a->out_dir;
   const bool tied = s.flags & HALO_MODEL_TIED_EMBEDDINGS;
-  const Src& embed = get("embed_tokens", {V, int64_t(H)});
-  const Src& lm = tied ? embed : get("lm_head", {V, int64_t(H)});
-  const Src& fnorm = get("final_norm", {int64_t(H)});
+  const Src& embed = get(HALO_WEIGHT_EMBED_TOKENS, {V, int64_t(H)});
+  const Src& lm = tied ? embed : get(HALO_WEIGHT_LM_HEAD, {V, int64_t(H)});
+  const Src& fnorm = get(HALO_WEIGHT_FINAL_NORM, {int64_t(H)});
   for (uint32_t c = 0; c < n; ++c) {
     std::vector<Out> outs;
     auto rows = [&](uint32_t slot, const Src& sv, DType t, int64_t lo, int64_t cnt) {
@@ -343,26 +344,34 @@ void compile(halo_compile_args* a) {
     rows(ZE_RBLN_W_FINAL_NORM, fnorm, DType::F32, 0, int64_t(H));
     rows(ZE_RBLN_W_LM_HEAD, lm, dt, v_lo, nv);
     for (uint32_t l = 0; l < m.layers; ++l) {
-      const std::string p = cat("layers.", l, ".");
+      const std::string p = cat(HALO_WEIGHT_LAYER_PREFIX, l, ".");
       const uint32_t b = ZE_RBLN_W_GLOBAL + l * ZE_RBLN_L_SLOTS;
-      rows(b + ZE_RBLN_L_ATTN_NORM, get(p + "attn_norm", {int64_t(H)}), DType::F32, 0, int64_t(H));
-      rows(b + ZE_RBLN_L_Q, get(p + "q_proj", {NQ, int64_t(H)}), dt, q_lo * hd, nq * hd);
-      rows(b + ZE_RBLN_L_K, get(p + "k_proj", {NKV, int64_t(H)}), dt, kv_lo * hd, nkv * hd);
-      rows(b + ZE_RBLN_L_V, get(p + "v_proj", {NKV, int64_t(H)}), dt, kv_lo * hd, nkv * hd);
+      rows(b + ZE_RBLN_L_ATTN_NORM, get(p + HALO_WEIGHT_ATTN_NORM, {int64_t(H)}), DType::F32, 0,
+           int64_t(H));
+      rows(b + ZE_RBLN_L_Q, get(p + HALO_WEIGHT_Q_PROJ, {NQ, int64_t(H)}), dt, q_lo * hd, nq * hd);
+      rows(b + ZE_RBLN_L_K, get(p + HALO_WEIGHT_K_PROJ, {NKV, int64_t(H)}), dt, kv_lo * hd,
+           nkv * hd);
+      rows(b + ZE_RBLN_L_V, get(p + HALO_WEIGHT_V_PROJ, {NKV, int64_t(H)}), dt, kv_lo * hd,
+           nkv * hd);
       if (m.flags & ZE_RBLN_MODEL_QKV_BIAS) {
-        rows(b + ZE_RBLN_L_QB, get(p + "q_bias", {NQ}), DType::F32, q_lo * hd, nq * hd);
-        rows(b + ZE_RBLN_L_KB, get(p + "k_bias", {NKV}), DType::F32, kv_lo * hd, nkv * hd);
-        rows(b + ZE_RBLN_L_VB, get(p + "v_bias", {NKV}), DType::F32, kv_lo * hd, nkv * hd);
+        rows(b + ZE_RBLN_L_QB, get(p + HALO_WEIGHT_Q_BIAS, {NQ}), DType::F32, q_lo * hd, nq * hd);
+        rows(b + ZE_RBLN_L_KB, get(p + HALO_WEIGHT_K_BIAS, {NKV}), DType::F32, kv_lo * hd,
+             nkv * hd);
+        rows(b + ZE_RBLN_L_VB, get(p + HALO_WEIGHT_V_BIAS, {NKV}), DType::F32, kv_lo * hd,
+             nkv * hd);
       }
       if (m.flags & ZE_RBLN_MODEL_QK_NORM) {
-        rows(b + ZE_RBLN_L_QN, get(p + "q_norm", {int64_t(hd)}), DType::F32, 0, int64_t(hd));
-        rows(b + ZE_RBLN_L_KN, get(p + "k_norm", {int64_t(hd)}), DType::F32, 0, int64_t(hd));
+        rows(b + ZE_RBLN_L_QN, get(p + HALO_WEIGHT_Q_NORM, {int64_t(hd)}), DType::F32, 0,
+             int64_t(hd));
+        rows(b + ZE_RBLN_L_KN, get(p + HALO_WEIGHT_K_NORM, {int64_t(hd)}), DType::F32, 0,
+             int64_t(hd));
       }
-      colslice(b + ZE_RBLN_L_O, get(p + "o_proj", {int64_t(H), NQ}), q_lo * hd, nq * hd);
-      rows(b + ZE_RBLN_L_MLP_NORM, get(p + "mlp_norm", {int64_t(H)}), DType::F32, 0, int64_t(H));
-      rows(b + ZE_RBLN_L_GATE, get(p + "gate_proj", {I, int64_t(H)}), dt, i_lo, ni);
-      rows(b + ZE_RBLN_L_UP, get(p + "up_proj", {I, int64_t(H)}), dt, i_lo, ni);
-      colslice(b + ZE_RBLN_L_DOWN, get(p + "down_proj", {int64_t(H), I}), i_lo, ni);
+      colslice(b + ZE_RBLN_L_O, get(p + HALO_WEIGHT_O_PROJ, {int64_t(H), NQ}), q_lo * hd, nq * hd);
+      rows(b + ZE_RBLN_L_MLP_NORM, get(p + HALO_WEIGHT_MLP_NORM, {int64_t(H)}), DType::F32, 0,
+           int64_t(H));
+      rows(b + ZE_RBLN_L_GATE, get(p + HALO_WEIGHT_GATE_PROJ, {I, int64_t(H)}), dt, i_lo, ni);
+      rows(b + ZE_RBLN_L_UP, get(p + HALO_WEIGHT_UP_PROJ, {I, int64_t(H)}), dt, i_lo, ni);
+      colslice(b + ZE_RBLN_L_DOWN, get(p + HALO_WEIGHT_DOWN_PROJ, {int64_t(H), I}), i_lo, ni);
     }
     write_chip_file(out / cat("chip", c, ".safetensors"), outs);
   }

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "halo/kernels/kernels.h"
+#include "halo/plugin_support/entry.h"
 #include "halo/plugin_support/validate.h"
 #include "runtime.h"
 
@@ -122,131 +123,80 @@ namespace {
 constexpr uint32_t kCapabilities =
     HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_STATIC_SHAPES | HALO_CAP_TENSOR_PARALLEL;
 
-
-void check_index(const char* where, int32_t index) {
-  if (index != 0) fail(HALO_STATUS_OUT_OF_RANGE, where, ": device_index=", index, " is outside [0, 1)");
+void device_count(halo_device_count_args* args) {
+  check_args(args, "device_count: args");
+  args->count = 1;  // one RSD group of `chips` chips
 }
 
-halo_error* device_count(halo_device_count_args* args) {
-  return guarded("device_count", [&] {
-    check_args(args, "device_count: args");
-    args->count = 1;  // one RSD group of `chips` chips
-  });
+void device_get_properties(halo_device_get_properties_args* args) {
+  check_args(args, "device_get_properties: args");
+  check_device_index("device_get_properties", args->device_index, 1);
+  Driver& d = driver();
+  halo_device_properties p{};
+  p.kind = HALO_DEVICE_KIND_NPU;
+  std::snprintf(p.name, sizeof(p.name), "%s", d.props.name);
+  std::snprintf(p.vendor, sizeof(p.vendor), "Rebellions-style (simulated)");
+  uint64_t free_bytes = 0;
+  for (ze_device_handle_t c : d.chips) {
+    uint64_t used = 0, cap = 0;
+    ze_check(zeRblnDeviceGetMemoryUsage(c, &used, &cap), "device_get_properties");
+    p.memory_bytes += cap;
+    free_bytes += cap - used;
+  }
+  p.memory_free_bytes = free_bytes;
+  p.num_chips = static_cast<int32_t>(d.chips.size());
+  p.capabilities = kCapabilities;
+  p.kv_cache_dtypes = HALO_DTYPE_BIT(HALO_KV_DTYPE_FP32);
+  // Batch size, block size and max length are fixed per compiled model
+  // (halo compile), not by the device: 0 here, the compiled values at prepare.
+  put_properties(args, p);
 }
 
-#define HALO_PUT(dst, size, src, field)                            \
-  do {                                                             \
-    if (HALO_STRUCT_SIZE(halo_device_properties, field) <= (size)) \
-      std::memcpy(&(dst)->field, &(src).field, sizeof((src).field)); \
-  } while (0)
+void device_open(halo_device_open_args* args) {
+  check_args(args, "device_open: args");
+  check_device_index("device_open", args->device_index, 1);
+  OptionReader opts("device_open", args->options, args->num_options);
+  const auto threads = opts.integer("threads", 0, 0, 1024);
+  const std::string profile(opts.str("profile", ""));
+  opts.also_known(kDeviceKeys);  // command_timeout_ms: read below, its default is the profile's
+  opts.also_known(kPrepareKeys);
+  opts.refuse_unknown();
+  auto dev = std::make_unique<halo_device>();
+  dev->drv = &driver(profile, static_cast<uint32_t>(threads));
+  dev->command_timeout_ms = static_cast<int>(
+      opts.integer("command_timeout_ms", dev->drv->props.command_timeout_ms, 1, 86400000));
+  args->device = dev.release();
+}
 
-halo_error* device_get_properties(halo_device_get_properties_args* args) {
-  return guarded("device_get_properties", [&] {
-    check_args(args, "device_get_properties: args");
-    check_index("device_get_properties", args->device_index);
-    halo_device_properties* out = args->properties;
-    if (out == nullptr) invalid("device_get_properties: properties is NULL");
-    const size_t size = out->struct_size;
-    if (size < HALO_STRUCT_SIZE(halo_device_properties, kind))
-      invalid("device_get_properties: properties->struct_size=", size, " is too small");
-    Driver& d = driver();
-    halo_device_properties p{};
-    p.kind = HALO_DEVICE_KIND_NPU;
-    std::snprintf(p.name, sizeof(p.name), "%s", d.props.name);
-    std::snprintf(p.vendor, sizeof(p.vendor), "Rebellions-style (simulated)");
-    uint64_t free_bytes = 0;
-    for (ze_device_handle_t c : d.chips) {
-      uint64_t used = 0, cap = 0;
-      ze_check(zeRblnDeviceGetMemoryUsage(c, &used, &cap), "device_get_properties");
-      p.memory_bytes += cap;
-      free_bytes += cap - used;
+void device_get_stats(halo_device_get_stats_args* args) {
+  check_args(args, "device_get_stats: args");
+  check_device_index("device_get_stats", args->device_index, 1);
+  halo_device_stats* out = args->stats;
+  if (out == nullptr) invalid("device_get_stats: stats is NULL");
+  if (out->struct_size < sizeof(halo_device_stats))
+    invalid("device_get_stats: stats->struct_size=", out->struct_size, " is smaller than ", sizeof(halo_device_stats));
+  Driver& d = driver();
+  halo_device_stats s{};
+  s.struct_size = out->struct_size;
+  s.num_chips = static_cast<int32_t>(std::min<size_t>(d.chips.size(), HALO_MAX_CHIPS));
+  for (int32_t i = 0; i < s.num_chips; ++i) {
+    ze_rbln_clock_t c{};
+    ze_check(zeRblnDeviceGetClock(d.chips[static_cast<size_t>(i)], &c), "device_get_stats");
+    // Chips of one program run in lockstep: the busiest chip's clock is the device's.
+    if (c.total.total_s > s.device_seconds) {
+      s.steps = c.executions;
+      s.tokens = c.rows;
+      s.device_seconds = c.total.total_s;
+      s.compute_seconds = c.total.compute_s;
+      s.memory_seconds = c.total.memory_s;
+      s.link_seconds = c.total.link_s;
     }
-    p.memory_free_bytes = free_bytes;
-    p.num_chips = static_cast<int32_t>(d.chips.size());
-    p.capabilities = kCapabilities;
-    p.kv_cache_dtypes = HALO_DTYPE_BIT(HALO_KV_DTYPE_FP32);
-    // Batch size, block size and max length are fixed per compiled model
-    // (halo compile), not by the device: 0 here, the compiled values at prepare.
-    HALO_PUT(out, size, p, kind);
-    HALO_PUT(out, size, p, name);
-    HALO_PUT(out, size, p, vendor);
-    HALO_PUT(out, size, p, memory_bytes);
-    HALO_PUT(out, size, p, memory_free_bytes);
-    HALO_PUT(out, size, p, num_chips);
-    HALO_PUT(out, size, p, capabilities);
-    HALO_PUT(out, size, p, max_batch_size);
-    HALO_PUT(out, size, p, required_block_size);
-    HALO_PUT(out, size, p, max_model_len);
-    HALO_PUT(out, size, p, kv_cache_dtypes);
-    HALO_PUT(out, size, p, compute_dtypes);  // 0: no dtype option
-  });
+    ze_check(zeRblnDeviceGetMemoryUsage(d.chips[static_cast<size_t>(i)], &s.chip_memory_used[i],
+                                        &s.chip_memory_capacity[i]),
+             "device_get_stats");
+  }
+  *out = s;
 }
-#undef HALO_PUT
-
-halo_error* device_open(halo_device_open_args* args) {
-  return guarded("device_open", [&] {
-    check_args(args, "device_open: args");
-    check_index("device_open", args->device_index);
-    OptionReader opts("device_open", args->options, args->num_options);
-    const auto threads = opts.integer("threads", 0, 0, 1024);
-    const std::string profile(opts.str("profile", ""));
-    opts.also_known(kDeviceKeys);  // command_timeout_ms: read below, its default is the profile's
-    opts.also_known(kPrepareKeys);
-    opts.refuse_unknown();
-    auto dev = std::make_unique<halo_device>();
-    dev->drv = &driver(profile, static_cast<uint32_t>(threads));
-    dev->command_timeout_ms = static_cast<int>(
-        opts.integer("command_timeout_ms", dev->drv->props.command_timeout_ms, 1, 86400000));
-    args->device = dev.release();
-  });
-}
-
-void device_destroy(halo_device* d) { std::unique_ptr<halo_device> owned(d); }
-
-halo_error* prepare_fn(halo_prepare_args* args) { return guarded("prepare", [&] { prepare(args); }); }
-void executable_destroy(halo_executable* e) { std::unique_ptr<halo_executable> owned(e); }
-halo_error* kv_cache_create_fn(halo_kv_cache_create_args* args) {
-  return guarded("kv_cache_create", [&] { kv_cache_create(args); });
-}
-halo_error* kv_cache_copy_blocks_fn(halo_kv_cache_copy_blocks_args* args) {
-  return guarded("kv_cache_copy_blocks", [&] { kv_cache_copy_blocks(args); });
-}
-void kv_cache_destroy(halo_kv_cache* kv) { std::unique_ptr<halo_kv_cache> owned(kv); }
-halo_error* execute_fn(halo_execute_args* args) { return guarded("execute", [&] { execute(args); }); }
-halo_error* compile_fn(halo_compile_args* args) { return guarded("compile", [&] { compile(args); }); }
-
-halo_error* device_get_stats(halo_device_get_stats_args* args) {
-  return guarded("device_get_stats", [&] {
-    check_args(args, "device_get_stats: args");
-    check_index("device_get_stats", args->device_index);
-    halo_device_stats* out = args->stats;
-    if (out == nullptr) invalid("device_get_stats: stats is NULL");
-    if (out->struct_size < sizeof(halo_device_stats))
-      invalid("device_get_stats: stats->struct_size=", out->struct_size, " is smaller than ", sizeof(halo_device_stats));
-    Driver& d = driver();
-    halo_device_stats s{};
-    s.struct_size = out->struct_size;
-    s.num_chips = static_cast<int32_t>(std::min<size_t>(d.chips.size(), HALO_MAX_CHIPS));
-    for (int32_t i = 0; i < s.num_chips; ++i) {
-      ze_rbln_clock_t c{};
-      ze_check(zeRblnDeviceGetClock(d.chips[static_cast<size_t>(i)], &c), "device_get_stats");
-      // Chips of one program run in lockstep: the busiest chip's clock is the device's.
-      if (c.total.total_s > s.device_seconds) {
-        s.steps = c.executions;
-        s.tokens = c.rows;
-        s.device_seconds = c.total.total_s;
-        s.compute_seconds = c.total.compute_s;
-        s.memory_seconds = c.total.memory_s;
-        s.link_seconds = c.total.link_s;
-      }
-      ze_check(zeRblnDeviceGetMemoryUsage(d.chips[static_cast<size_t>(i)], &s.chip_memory_used[i],
-                                          &s.chip_memory_capacity[i]),
-               "device_get_stats");
-    }
-    *out = s;
-  });
-}
-
 
 constexpr halo_plugin_api kApi = {
     sizeof(halo_plugin_api),
@@ -257,21 +207,21 @@ constexpr halo_plugin_api kApi = {
     error_code,
     error_message,
     error_destroy,
-    device_count,
-    device_get_properties,
-    device_open,
-    device_destroy,
-    prepare_fn,
-    executable_destroy,
-    kv_cache_create_fn,
-    kv_cache_copy_blocks_fn,
-    kv_cache_destroy,
-    execute_fn,
+    entry<"device_count", device_count>,
+    entry<"device_get_properties", device_get_properties>,
+    entry<"device_open", device_open>,
+    destroy<halo_device>,
+    entry<"prepare", prepare>,
+    destroy<halo_executable>,
+    entry<"kv_cache_create", kv_cache_create>,
+    entry<"kv_cache_copy_blocks", kv_cache_copy_blocks>,
+    destroy<halo_kv_cache>,
+    entry<"execute", execute>,
     nullptr,  // buffer_from_host (no HALO_CAP_BUFFERS)
     nullptr,  // buffer_to_host
     nullptr,  // buffer_destroy
-    compile_fn,
-    device_get_stats,
+    entry<"compile", compile>,
+    entry<"device_get_stats", device_get_stats>,
 };
 
 }  // namespace
