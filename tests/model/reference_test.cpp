@@ -1,6 +1,6 @@
 // Smoke test of the numpy reference (tests/reference/forward.py): it runs on
 // pkgchat-5m and on a generated model of every family and prints sane JSON.
-// Its numerical self-checks live in tests/reference/test_forward.py.
+// Its numerical self-checks live in tests/reference/forward_test.py.
 #include <cmath>
 #include <cstdio>
 #include <memory>

@@ -14,7 +14,7 @@
 // independent of M or of the thread count (it plans blockings per shape and
 // per thread count). With oneDNN 2.6.3's brgemm on avx512_core_bf16 it was
 // bitwise identical for every M (1..512), row position and 1 vs 2 threads
-// tested (tests/onednn/test_onednn.cpp prints this), but another oneDNN
+// tested (tests/onednn/onednn_test.cpp prints this), but another oneDNN
 // version or ISA (AMX) may differ; halo::kernels::gemm_bf16 guarantees it.
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "test_model.h"
+#include "reference_model.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -58,30 +58,30 @@ enum Kind { kMatrix, kNorm, kBias, kEmbed };
 TestModel::TestModel(const Config& c) : cfg(c) {
   const int64_t V = c.vocab, H = c.hidden, I = c.inter, NQ = int64_t{c.heads} * c.head_dim,
                 NKV = int64_t{c.kv_heads} * c.head_dim;
-  add("embed_tokens", {V, H}, kEmbed);
+  add(HALO_WEIGHT_EMBED_TOKENS, {V, H}, kEmbed);
   for (int l = 0; l < c.layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    add(p + "attn_norm", {H}, kNorm);
-    add(p + "q_proj", {NQ, H}, kMatrix);
-    add(p + "k_proj", {NKV, H}, kMatrix);
-    add(p + "v_proj", {NKV, H}, kMatrix);
+    const std::string p = HALO_WEIGHT_LAYER_PREFIX + std::to_string(l) + ".";
+    add(p + HALO_WEIGHT_ATTN_NORM, {H}, kNorm);
+    add(p + HALO_WEIGHT_Q_PROJ, {NQ, H}, kMatrix);
+    add(p + HALO_WEIGHT_K_PROJ, {NKV, H}, kMatrix);
+    add(p + HALO_WEIGHT_V_PROJ, {NKV, H}, kMatrix);
     if (c.flags & HALO_MODEL_QKV_BIAS) {
-      add(p + "q_bias", {NQ}, kBias);
-      add(p + "k_bias", {NKV}, kBias);
-      add(p + "v_bias", {NKV}, kBias);
+      add(p + HALO_WEIGHT_Q_BIAS, {NQ}, kBias);
+      add(p + HALO_WEIGHT_K_BIAS, {NKV}, kBias);
+      add(p + HALO_WEIGHT_V_BIAS, {NKV}, kBias);
     }
     if (c.flags & HALO_MODEL_QK_NORM) {
-      add(p + "q_norm", {c.head_dim}, kNorm);
-      add(p + "k_norm", {c.head_dim}, kNorm);
+      add(p + HALO_WEIGHT_Q_NORM, {c.head_dim}, kNorm);
+      add(p + HALO_WEIGHT_K_NORM, {c.head_dim}, kNorm);
     }
-    add(p + "o_proj", {H, NQ}, kMatrix);
-    add(p + "mlp_norm", {H}, kNorm);
-    add(p + "gate_proj", {I, H}, kMatrix);
-    add(p + "up_proj", {I, H}, kMatrix);
-    add(p + "down_proj", {H, I}, kMatrix);
+    add(p + HALO_WEIGHT_O_PROJ, {H, NQ}, kMatrix);
+    add(p + HALO_WEIGHT_MLP_NORM, {H}, kNorm);
+    add(p + HALO_WEIGHT_GATE_PROJ, {I, H}, kMatrix);
+    add(p + HALO_WEIGHT_UP_PROJ, {I, H}, kMatrix);
+    add(p + HALO_WEIGHT_DOWN_PROJ, {H, I}, kMatrix);
   }
-  add("final_norm", {H}, kNorm);
-  if (!(c.flags & HALO_MODEL_TIED_EMBEDDINGS)) add("lm_head", {V, H}, kMatrix);
+  add(HALO_WEIGHT_FINAL_NORM, {H}, kNorm);
+  if (!(c.flags & HALO_MODEL_TIED_EMBEDDINGS)) add(HALO_WEIGHT_LM_HEAD, {V, H}, kMatrix);
 
   // One arena; every tensor is a view with a byte_offset (as with fused checkpoints).
   size_t total = 0;
@@ -261,27 +261,30 @@ std::vector<std::vector<double>> reference_forward(const TestModel& m,
   const int group = c.heads / c.kv_heads;
   const auto f = inv_freq(c);
   Mat x(n, std::vector<double>(H));
-  const auto& E = m.w("embed_tokens");
+  const auto& E = m.w(HALO_WEIGHT_EMBED_TOKENS);
   for (size_t t = 0; t < n; ++t)
     for (size_t i = 0; i < H; ++i) x[t][i] = E[tokens[t] * H + i];
   for (int l = 0; l < c.layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
+    const std::string p = HALO_WEIGHT_LAYER_PREFIX + std::to_string(l) + ".";
     const bool bias = c.flags & HALO_MODEL_QKV_BIAS;
     Mat q(n), k(n), v(n);
     for (size_t t = 0; t < n; ++t) {
-      const auto h = rmsnorm(x[t], m.w(p + "attn_norm"), c.eps);
-      q[t] = linear(m.w(p + "q_proj"), h, c.heads * hd, bias ? &m.w(p + "q_bias") : nullptr);
-      k[t] = linear(m.w(p + "k_proj"), h, c.kv_heads * hd, bias ? &m.w(p + "k_bias") : nullptr);
-      v[t] = linear(m.w(p + "v_proj"), h, c.kv_heads * hd, bias ? &m.w(p + "v_bias") : nullptr);
+      const auto h = rmsnorm(x[t], m.w(p + HALO_WEIGHT_ATTN_NORM), c.eps);
+      q[t] = linear(m.w(p + HALO_WEIGHT_Q_PROJ), h, c.heads * hd,
+                    bias ? &m.w(p + HALO_WEIGHT_Q_BIAS) : nullptr);
+      k[t] = linear(m.w(p + HALO_WEIGHT_K_PROJ), h, c.kv_heads * hd,
+                    bias ? &m.w(p + HALO_WEIGHT_K_BIAS) : nullptr);
+      v[t] = linear(m.w(p + HALO_WEIGHT_V_PROJ), h, c.kv_heads * hd,
+                    bias ? &m.w(p + HALO_WEIGHT_V_BIAS) : nullptr);
       if (c.flags & HALO_MODEL_QK_NORM) {
         for (int hh = 0; hh < c.heads; ++hh) {
           std::vector<double> seg(q[t].begin() + hh * hd, q[t].begin() + (hh + 1) * hd);
-          seg = rmsnorm(seg, m.w(p + "q_norm"), c.eps);
+          seg = rmsnorm(seg, m.w(p + HALO_WEIGHT_Q_NORM), c.eps);
           std::copy(seg.begin(), seg.end(), q[t].begin() + hh * hd);
         }
         for (int hh = 0; hh < c.kv_heads; ++hh) {
           std::vector<double> seg(k[t].begin() + hh * hd, k[t].begin() + (hh + 1) * hd);
-          seg = rmsnorm(seg, m.w(p + "k_norm"), c.eps);
+          seg = rmsnorm(seg, m.w(p + HALO_WEIGHT_K_NORM), c.eps);
           std::copy(seg.begin(), seg.end(), k[t].begin() + hh * hd);
         }
       }
@@ -305,11 +308,11 @@ std::vector<std::vector<double>> reference_forward(const TestModel& m,
         for (size_t j = 0; j <= t; ++j)
           for (size_t i = 0; i < hd; ++i) att[hh * hd + i] += s[j] / sum * v[j][kvh * hd + i];
       }
-      const auto o = linear(m.w(p + "o_proj"), att, H);
+      const auto o = linear(m.w(p + HALO_WEIGHT_O_PROJ), att, H);
       for (size_t i = 0; i < H; ++i) x[t][i] += o[i];
-      const auto h = rmsnorm(x[t], m.w(p + "mlp_norm"), c.eps);
-      auto g = linear(m.w(p + "gate_proj"), h, c.inter);
-      const auto u = linear(m.w(p + "up_proj"), h, c.inter);
+      const auto h = rmsnorm(x[t], m.w(p + HALO_WEIGHT_MLP_NORM), c.eps);
+      auto g = linear(m.w(p + HALO_WEIGHT_GATE_PROJ), h, c.inter);
+      const auto u = linear(m.w(p + HALO_WEIGHT_UP_PROJ), h, c.inter);
       for (int i = 0; i < c.inter; ++i) {
         const double z = g[i];
         const double a =
@@ -319,14 +322,15 @@ std::vector<std::vector<double>> reference_forward(const TestModel& m,
                       (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (z + 0.044715 * z * z * z)));
         g[i] = a * u[i];
       }
-      const auto d = linear(m.w(p + "down_proj"), g, H);
+      const auto d = linear(m.w(p + HALO_WEIGHT_DOWN_PROJ), g, H);
       for (size_t i = 0; i < H; ++i) x[t][i] += d[i];
     }
   }
-  const auto& lm = (c.flags & HALO_MODEL_TIED_EMBEDDINGS) ? m.w("embed_tokens") : m.w("lm_head");
+  const auto& lm = (c.flags & HALO_MODEL_TIED_EMBEDDINGS) ? m.w(HALO_WEIGHT_EMBED_TOKENS)
+                                                          : m.w(HALO_WEIGHT_LM_HEAD);
   Mat logits(n);
   for (size_t t = 0; t < n; ++t)
-    logits[t] = linear(lm, rmsnorm(x[t], m.w("final_norm"), c.eps), c.vocab);
+    logits[t] = linear(lm, rmsnorm(x[t], m.w(HALO_WEIGHT_FINAL_NORM), c.eps), c.vocab);
   return logits;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Self-checks of the numpy reference forward pass (forward.py).
 
-    /usr/bin/python3 tests/reference/test_forward.py
+    /usr/bin/python3 tests/reference/forward_test.py
 
 Each check rewrites a generated model into an equivalent one in another form
 (fused Phi-3 tensors, GQA expanded to MHA, tied -> explicit lm_head) and

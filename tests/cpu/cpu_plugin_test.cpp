@@ -11,7 +11,7 @@
 #include <random>
 
 #include "halo/kernels/dtype.h"
-#include "test_model.h"
+#include "reference_model.h"
 
 using namespace halo::test;
 

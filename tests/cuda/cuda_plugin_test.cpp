@@ -10,7 +10,7 @@
 #include <numeric>
 #include <string>
 
-#include "test_model.h"
+#include "reference_model.h"
 
 namespace {
 
