@@ -3,7 +3,7 @@
 # suite's lifetime, error, version, buffer and paging tests under ASan+LSan.
 #   -DSOURCE_DIR=<halo source> -DWORK_DIR=<scratch build dir> -DGENERATOR=<gen>
 set(flags "-fsanitize=address -fno-omit-frame-pointer -O1 -g")
-set(skip "text;jinja;model;cpu;cuda;engine;integration;serve;rbln;npu_sim")
+set(skip "text;jinja;model;cpu;cuda;engine;integration;serve;rbln")
 execute_process(
   COMMAND ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}" -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=RelWithDebInfo
     "-DCMAKE_CXX_FLAGS=${flags}" "-DCMAKE_C_FLAGS=${flags}"

@@ -1,6 +1,6 @@
 // --device rbln: the halo_plugin_api table (device_abi.h v1.3) of an
 // ATOM-style NPU reached through a Level Zero-shaped driver (the simulator in
-// plugins/npu_sim/sim, or a vendor driver with the same API).
+// plugins/rbln/sim, or a vendor driver with the same API).
 #include <dlfcn.h>
 
 #include <charconv>
