@@ -315,6 +315,21 @@ Device::~Device() {
   if (handle_) plugin_->api().device_destroy(handle_);
 }
 
+std::optional<MeasuredPeak> Device::measure_peak(int32_t compute_dtype, double budget_seconds) const {
+  const halo_plugin_api& api = plugin_->api();
+  if (api.abi_minor < 3 || api.struct_size < HALO_STRUCT_SIZE(halo_plugin_api, device_measure_peak) ||
+      api.device_measure_peak == nullptr)
+    return std::nullopt;
+  halo_device_measure_peak_args args{};
+  args.struct_size = sizeof(args);
+  args.device = handle_;
+  args.compute_dtype = compute_dtype;
+  args.budget_seconds = budget_seconds;
+  plugin_->check(api.device_measure_peak(&args), "device_measure_peak");
+  args.method[sizeof(args.method) - 1] = '\0';  // a plugin's unterminated string stops here
+  return MeasuredPeak{args.flops_per_s, args.method};
+}
+
 Executable::Executable(std::shared_ptr<Device> device, const halo_model_spec& spec,
                        const std::vector<halo_named_tensor>& weights, halo_limits& limits,
                        const Options& options)

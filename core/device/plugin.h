@@ -108,6 +108,12 @@ std::vector<PluginFile> find_plugin_files();
 // Options handed to plugins as key/value strings.
 using Options = std::vector<std::pair<std::string, std::string>>;
 
+// ABI v1.3 device_measure_peak: a device's dense matmul peak.
+struct MeasuredPeak {
+  double flops_per_s = 0;
+  std::string method;  // how the plugin got it
+};
+
 class Device {
  public:
   Device(std::shared_ptr<Plugin> plugin, int index, const Options& options = {});
@@ -119,6 +125,12 @@ class Device {
   Plugin& plugin() const { return *plugin_; }
   const std::shared_ptr<Plugin>& plugin_ptr() const { return plugin_; }
   const DeviceInfo& info() const { return info_; }
+
+  // The matmul peak in `compute_dtype` (HALO_COMPUTE_DTYPE_*), taking about
+  // `budget_seconds`; nullopt when the plugin has no device_measure_peak.
+  // Throws DeviceError when the plugin fails (UNIMPLEMENTED for a type it
+  // cannot measure). Same thread rules as the device's other calls.
+  std::optional<MeasuredPeak> measure_peak(int32_t compute_dtype, double budget_seconds) const;
 
  private:
   std::shared_ptr<Plugin> plugin_;

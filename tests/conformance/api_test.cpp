@@ -260,6 +260,55 @@ TEST_F(Conformance, VersionOptionalEntries) {
   }, {INVALID}, "stats");
 }
 
+TEST_F(Conformance, VersionMeasurePeak) {
+  // v1.3, optional: device_measure_peak gives a positive peak and says how, or
+  // UNIMPLEMENTED for a type it cannot measure; bad arguments are refused.
+  const bool has = api()->abi_minor >= 3 &&
+                   api()->struct_size >= HALO_STRUCT_SIZE(halo_plugin_api, device_measure_peak) &&
+                   api()->device_measure_peak != nullptr;
+  if (!has) GTEST_SKIP() << "no device_measure_peak (v1.3, optional)";
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // A peak probe runs OpenMP threads (cpu: oneDNN) that LeakSanitizer's exit
+  // scan cannot stop (docs/testing.md); the unsanitized suite covers it.
+  GTEST_SKIP() << "a sanitized suite: the peak probe's OpenMP threads break LeakSanitizer's exit scan";
+#endif
+  Status st;
+  DevicePtr d = open_device(plugin(), dev(), settings().device_options, &st);
+  ASSERT_TRUE(d) << describe(st);
+  auto args = [&](int32_t dtype, double budget) {
+    halo_device_measure_peak_args a{};
+    a.struct_size = sizeof a;
+    a.device = d.get();
+    a.compute_dtype = dtype;
+    a.budget_seconds = budget;
+    return a;
+  };
+  int measured = 0;
+  for (int32_t dt : {HALO_COMPUTE_DTYPE_FP32, HALO_COMPUTE_DTYPE_BF16, HALO_COMPUTE_DTYPE_FP16}) {
+    halo_device_measure_peak_args a = args(dt, 0.05);
+    st = take(api(), api()->device_measure_peak(&a));
+    if (st.code == HALO_STATUS_UNIMPLEMENTED) {
+      std::cout << "[ peak    ] " << halo_compute_dtype_name(dt) << ": not measured (" << st.message << ")\n";
+      continue;
+    }
+    ASSERT_TRUE(st.ok()) << halo_compute_dtype_name(dt) << ": " << describe(st) << " " CONTRACT_VERSION;
+    EXPECT_GT(a.flops_per_s, 0) << halo_compute_dtype_name(dt) << " " CONTRACT_VERSION;
+    EXPECT_NE(std::memchr(a.method, '\0', sizeof a.method), nullptr) << "method is not terminated " CONTRACT_VERSION;
+    EXPECT_GT(std::strlen(a.method), 0u) << "method is empty " CONTRACT_VERSION;
+    std::cout << "[ peak    ] " << halo_compute_dtype_name(dt) << ": " << a.flops_per_s / 1e12 << " TFLOP/s ("
+              << a.method << ")\n";
+    ++measured;
+  }
+  if (measured == 0) std::cout << "[ peak    ] no compute type measured\n";
+  expect_error("device_measure_peak(NULL)", [&] { return take(api(), api()->device_measure_peak(nullptr)); },
+               {INVALID});
+  expect_error("device_measure_peak(device=NULL)", [&] {
+    halo_device_measure_peak_args a = args(HALO_COMPUTE_DTYPE_BF16, 0.05);
+    a.device = nullptr;
+    return take(api(), api()->device_measure_peak(&a));
+  }, {INVALID}, "device");
+}
+
 TEST_F(Conformance, VersionComputeDtype) {
   // v1.3: prepare reports the element type a model is computed in; the
   // suite's default tolerance follows it. A v1.2 caller's shorter limits

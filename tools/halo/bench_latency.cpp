@@ -1,6 +1,7 @@
 // `halo bench latency`: per-step prefill and decode timing of one device at a
-// few batch sizes, each figure beside the host roofline (read bandwidth and
-// bf16 matmul peak) measured by this tool in the same run.
+// few batch sizes, each figure beside the rooflines measured in the same run:
+// the host's read bandwidth (by this tool) and the device's bf16 matmul peak
+// (by its plugin, ABI v1.3 device_measure_peak).
 //
 // It drives the plugin ABI directly (no scheduler, no sampler), so a timed
 // interval is exactly the execute calls of the step it names. The model is a
@@ -35,9 +36,6 @@
 #include "model/model_loader.h"
 #include "roofline.h"
 
-#ifdef HALO_HAVE_ONEDNN
-#include "halo/onednn/onednn.h"
-#endif
 
 namespace halo::tools {
 namespace {
@@ -565,25 +563,22 @@ void run_latency(const LatencyOptions& o) {
   roof["read_bandwidth_probe_seconds"] = bw.seconds;
   double peak = 0;
   std::string peak_note;
-#ifdef HALO_HAVE_ONEDNN
+  // The device's bf16 matmul peak, from its plugin (ABI v1.3 device_measure_peak).
   try {
-    halo::onednn::set_num_threads(o.engine.threads);
-    const auto p = halo::onednn::measure_bf16_matmul_peak(o.roofline_budget);
-    peak = p.flops_per_s;
-    roof["matmul_peak_flops_per_s"] = p.flops_per_s;
-    roof["matmul_peak_tflops_per_s"] = p.flops_per_s / 1e12;
-    roof["matmul_peak_impl"] = p.impl;
-    roof["matmul_peak_shape"] = {p.m, p.n, p.k};
-    peak_note = fmt::format("{:.2f} TFLOP/s bf16 (oneDNN {}, {}x{}x{})", p.flops_per_s / 1e12,
-                            p.impl, p.m, p.n, p.k);
+    if (const auto p = dev->measure_peak(HALO_COMPUTE_DTYPE_BF16, o.roofline_budget)) {
+      peak = p->flops_per_s;
+      roof["matmul_peak_flops_per_s"] = p->flops_per_s;
+      roof["matmul_peak_tflops_per_s"] = p->flops_per_s / 1e12;
+      roof["matmul_peak_method"] = p->method;
+      peak_note = fmt::format("{:.2f} TFLOP/s bf16 ({})", p->flops_per_s / 1e12, p->method);
+    } else {
+      peak_note = fmt::format("unavailable (the {} plugin does not measure it)", plugin->name());
+      roof["matmul_peak_unavailable"] = peak_note;
+    }
   } catch (const std::exception& e) {
     peak_note = fmt::format("unavailable ({})", e.what());
     roof["matmul_peak_unavailable"] = e.what();
   }
-#else
-  peak_note = "unavailable (built without oneDNN)";
-  roof["matmul_peak_unavailable"] = "built without oneDNN";
-#endif
 
   // Limits: room for the largest batch at input_len + output_len tokens,
   // proposed and checked as the engine does.

@@ -5,7 +5,8 @@
  *       DEADLINE_EXCEEDED; unknown options are refused (halo_option);
  *       HALO_CAP_TENSOR_PARALLEL, halo_device_properties.kv_cache_dtypes
  *       and .compute_dtypes (the device facts the core needs before a model
- *       is prepared, so that it knows no device names).
+ *       is prepared, so that it knows no device names); device_measure_peak;
+ *       HALO_WEIGHT_* name macros.
  *
  * A device plugin is a shared library that exports one symbol,
  *
@@ -45,7 +46,8 @@
  *    HALO_CAP_STATIC_SHAPES that cannot prepare raw weights), device_get_stats.
  *    A caller checks the table's struct_size reaches the entry before reading
  *    it, then that it is not NULL.
- *  - v1.2, v1.3: no new entries (fields and codes only).
+ *  - v1.2: no new entries (fields and codes only).
+ *  - v1.3, optional: device_measure_peak.
  *
  * Threads. The core's calling pattern, which a plugin may rely on:
  *  - error_code, error_message, error_destroy, device_count,
@@ -58,8 +60,8 @@
  *    on the same device_index give two trees. A plugin whose trees share
  *    hardware or state serializes inside.
  *  - Within one tree the core makes one call at a time: execute,
- *    kv_cache_copy_blocks, kv_cache_create, prepare and the destroys of that
- *    tree never overlap. The calls of a tree may come from different threads
+ *    kv_cache_copy_blocks, kv_cache_create, prepare, device_measure_peak and
+ *    the destroys of that tree never overlap. The calls of a tree may come from different threads
  *    over its life (built on a loader thread, stepped on the engine thread),
  *    so a plugin keeps no per-thread state. Calls return when their work is
  *    done (execute: the logits are written); the plugin never calls back.
@@ -556,6 +558,22 @@ typedef struct halo_device_get_stats_args {
   halo_device_stats* stats; /* out: caller sets its struct_size */
 } halo_device_get_stats_args;
 
+/* -------------------------------------- v1.3: device_measure_peak */
+
+/* The device's dense matmul peak in a compute type, as `halo bench latency`
+ * reports it beside the model's rooflines: what the plugin measures on the
+ * opened device (with its options, e.g. threads) or knows from its data
+ * sheet. Takes at most about budget_seconds. UNIMPLEMENTED for a type the
+ * plugin cannot measure. */
+typedef struct halo_device_measure_peak_args {
+  size_t struct_size;
+  halo_device* device;
+  int32_t compute_dtype;  /* HALO_COMPUTE_DTYPE_* */
+  double budget_seconds;  /* > 0 */
+  double flops_per_s;     /* out: 2*M*N*K per second */
+  char method[128];       /* out: how, e.g. "oneDNN brg:avx512_core_bf16, 256x2048x2048" */
+} halo_device_measure_peak_args;
+
 /* ---------------------------------------------------------- the table */
 
 typedef struct halo_plugin_api {
@@ -596,6 +614,9 @@ typedef struct halo_plugin_api {
   /* v1.1 (NULL when unsupported; check struct_size first). */
   halo_error* (*compile)(halo_compile_args* args);
   halo_error* (*device_get_stats)(halo_device_get_stats_args* args);
+
+  /* v1.3 (NULL when unsupported; check struct_size first). */
+  halo_error* (*device_measure_peak)(halo_device_measure_peak_args* args);
 } halo_plugin_api;
 
 typedef const halo_plugin_api* (*halo_plugin_get_api_fn)(void);

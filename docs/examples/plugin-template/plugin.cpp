@@ -818,6 +818,9 @@ constexpr halo_plugin_api kApi = {
     buffer_destroy,
     nullptr,  // compile (v1.1): only static-shape devices need ahead-of-time compilation
     nullptr,  // device_get_stats (v1.1): optional counters
+#if HALO_ABI_VERSION_MINOR >= 3
+    nullptr,  // device_measure_peak (v1.3): optional, for halo bench's roofline
+#endif
 };
 
 }  // namespace

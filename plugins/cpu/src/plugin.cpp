@@ -1,5 +1,6 @@
 // The CPU plugin: the halo_plugin_api table (device_abi.h v1.3). Fast kernels by
 // default; its fp32 reference kernels (kernels=reference) are the suite's reference.
+#include <cstdio>
 #include <cstring>
 #include <string_view>
 
@@ -7,6 +8,9 @@
 #include "halo/plugin_support/entry.h"
 #include "halo/plugin_support/options.h"
 #include "model.h"
+#ifdef HALO_HAVE_ONEDNN
+#include "halo/onednn/onednn.h"
+#endif
 #include "sysinfo.h"
 
 namespace halo::cpu {
@@ -54,6 +58,29 @@ void device_open(halo_device_open_args* args) {
   dev->threads = threads;
   dev->state = std::make_shared<DeviceState>(threads);
   args->device = dev.release();
+}
+
+// v1.3: the bf16 matmul peak, through oneDNN (the fastest bf16 GEMM on the
+// host), on the device's threads. Only bf16: the figure `halo bench` divides by.
+void device_measure_peak(halo_device_measure_peak_args* args) {
+  check_args("device_measure_peak", args, "device_measure_peak: args");
+  if (args->device == nullptr) invalid("device_measure_peak: device is NULL");
+  if (!(args->budget_seconds > 0))
+    invalid("device_measure_peak: budget_seconds=", args->budget_seconds, " must be positive");
+  if (args->compute_dtype != HALO_COMPUTE_DTYPE_BF16)
+    fail(HALO_STATUS_UNIMPLEMENTED, "device_measure_peak: only bf16 is measured, not ",
+         halo_compute_dtype_name(args->compute_dtype));
+#ifdef HALO_HAVE_ONEDNN
+  if (!onednn::available())
+    fail(HALO_STATUS_UNIMPLEMENTED, "device_measure_peak: oneDNN has no bf16 matmul on this CPU");
+  onednn::set_num_threads(args->device->threads);
+  const onednn::Peak p = onednn::measure_bf16_matmul_peak(args->budget_seconds);
+  args->flops_per_s = p.flops_per_s;
+  std::snprintf(args->method, sizeof(args->method), "oneDNN %s, %zux%zux%zu", p.impl.c_str(), p.m,
+                p.n, p.k);
+#else
+  fail(HALO_STATUS_UNIMPLEMENTED, "device_measure_peak: this plugin was built without oneDNN");
+#endif
 }
 
 // ------------------------------------------------------------------ buffers
@@ -118,10 +145,9 @@ constexpr halo_plugin_api kApi = {
     entry<"buffer_from_host", buffer_from_host>,
     entry<"buffer_to_host", buffer_to_host>,
     destroy<halo_buffer>,
-#if HALO_ABI_VERSION_MINOR >= 1
     nullptr,  // compile: the CPU runs Hugging Face weights directly
     nullptr,  // device_get_stats
-#endif
+    entry<"device_measure_peak", device_measure_peak>,
 };
 
 }  // namespace

@@ -171,6 +171,9 @@ constexpr halo_plugin_api kApi = {
     .compile = nullptr,           // ahead-of-time compilation: not needed on GPUs
     .device_get_stats = nullptr,  // not implemented yet
 #endif
+#if HALO_ABI_VERSION_MINOR >= 3
+    .device_measure_peak = nullptr,  // not measured yet (cuBLAS would)
+#endif
 };
 
 }  // namespace

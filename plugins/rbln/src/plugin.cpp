@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -198,6 +199,24 @@ void device_get_stats(halo_device_get_stats_args* args) {
   *out = s;
 }
 
+// v1.3: the 16-bit matmul peak of the chip group, from the device profile's
+// data sheet (the simulator's cost model runs at that peak times its efficiency).
+void device_measure_peak(halo_device_measure_peak_args* args) {
+  check_args(args, "device_measure_peak: args");
+  if (args->device == nullptr) invalid("device_measure_peak: device is NULL");
+  if (!(args->budget_seconds > 0))
+    invalid("device_measure_peak: budget_seconds=", args->budget_seconds, " must be positive");
+  const int32_t dt = args->compute_dtype;
+  if (dt != HALO_COMPUTE_DTYPE_BF16 && dt != HALO_COMPUTE_DTYPE_FP16)
+    fail(HALO_STATUS_UNIMPLEMENTED, "device_measure_peak: the NPU computes bf16 or fp16, not ",
+         halo_compute_dtype_name(dt));
+  const Driver& d = *args->device->drv;
+  const size_t chips = d.chips.size();
+  args->flops_per_s = d.props.peak_flops * static_cast<double>(chips);
+  std::snprintf(args->method, sizeof(args->method), "device profile: %zu chip(s) x %.1f TFLOP/s",
+                chips, d.props.peak_flops / 1e12);
+}
+
 constexpr halo_plugin_api kApi = {
     sizeof(halo_plugin_api),
     HALO_ABI_VERSION_MAJOR,
@@ -222,6 +241,7 @@ constexpr halo_plugin_api kApi = {
     nullptr,  // buffer_destroy
     entry<"compile", compile>,
     entry<"device_get_stats", device_get_stats>,
+    entry<"device_measure_peak", device_measure_peak>,
 };
 
 }  // namespace
