@@ -370,7 +370,8 @@ void AsyncEngine::loop() {
       fail_all(std::string("engine step failed: ") + e.what());
       continue;
     }
-    for (const auto& out : outs) process(out);
+    // Counters before process(): a consumer woken by a step's final event
+    // must read counters that already include that step.
     auto st = engine_->stats();
     {
       std::lock_guard lk(metrics_mu_);
@@ -381,6 +382,7 @@ void AsyncEngine::loop() {
       metrics_.prefix_cache_hits = st.prefix_cache_hits;
       if (st.last_step_tokens > 0) metrics_.iteration_tokens_total.observe(st.last_step_tokens);
     }
+    for (const auto& out : outs) process(out);
     refresh_gauges();  // after process(): stop strings may have ended requests
     log_stats_if_due();
   }

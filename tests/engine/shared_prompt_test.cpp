@@ -190,6 +190,7 @@ TEST(SharedPrompt, AsyncNAndBestOfPrefillThePromptOnce) {
   ASSERT_TRUE(r[0].error.empty()) << r[0].error;
   ASSERT_EQ(r[0].choices.size(), 4u);
   EXPECT_EQ(eng.metrics().prompt_tokens, uint64_t(50 + 3));
+  EXPECT_EQ(eng.metrics().generation_tokens, 4u * 8u) << "counters lag the events they explain";
   // Choice i is what a lone request seeded seed + i gives (the seeds as before).
   std::vector<SamplingParams> params;
   for (uint64_t i = 0; i < 4; ++i) params.push_back(seeded(1 + i, 8));
