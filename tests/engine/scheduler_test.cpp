@@ -289,3 +289,33 @@ TEST(SchedulerGroup, NoFreeSeatMakesAFollowerAnOrdinaryWaitingRequest) {
   EXPECT_EQ(f->output_ids.size(), 2u);
   EXPECT_EQ(blocks.num_free_blocks(), 32);
 }
+
+TEST(SchedulerGroup, APreemptedLeaderKeepsItsFollowersHeldUntilItsPromptIsComputed) {
+  // 6 blocks of 4 tokens and a 5-token budget: the leader's 14-token prompt is
+  // still in chunks when the older request's growth preempts it.
+  KvBlockManager blocks(6, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 5, .max_model_len = 24}, blocks);
+  auto old = make_seq("old", 8, 9, 0);
+  sched.add(old);
+  run_group_step(sched, sched.schedule());
+  auto lead = make_seq("lead", 14, 2, 1), f = make_seq("f", 14, 2, 2);
+  sched.add_group(lead, {f});
+  int steps = 0;
+  bool forked = false;
+  while (sched.has_unfinished()) {
+    auto out = sched.schedule();
+    ASSERT_FALSE(out.empty()) << "stalled";
+    if (!forked) {
+      EXPECT_EQ(tokens_of(out, "f"), 0) << "a held follower was scheduled";
+      EXPECT_TRUE(f->block_table.empty()) << "a held follower holds blocks";
+    }
+    if (!run_group_step(sched, out).src.empty()) {
+      EXPECT_GT(lead->num_preemptions, 0) << "the pool was meant to preempt the leader mid-prompt";
+      forked = true;
+    }
+    ASSERT_LT(++steps, 200);
+  }
+  EXPECT_TRUE(forked) << "the follower should fork once the leader recomputed its prompt";
+  EXPECT_EQ(f->output_ids.size(), 2u);
+  EXPECT_EQ(blocks.num_free_blocks(), 6);
+}
