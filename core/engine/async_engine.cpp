@@ -130,43 +130,44 @@ void AsyncEngine::abort(const std::string& request_id) {
   cv_.notify_all();
 }
 
+void AsyncEngine::fail_request(const Request& req, const std::string& message) {
+  StreamEvent ev;
+  ev.finished = true;
+  ev.finish_reason = FinishReason::kAbort;
+  ev.error = message;
+  for (int i = 0; i < req.opts.n; ++i) {
+    ev.index = i;
+    req.stream->push(ev);
+  }
+}
+
 void AsyncEngine::handle_add(const std::shared_ptr<Request>& req) {
   if (requests_.count(req->id)) {
-    StreamEvent ev;
-    ev.finished = true;
-    ev.finish_reason = FinishReason::kAbort;
-    ev.error = fmt::format("request id {} is already in use", req->id);
-    for (int i = 0; i < req->opts.n; ++i) {
-      ev.index = i;
-      req->stream->push(ev);
-    }
+    fail_request(*req, fmt::format("request id {} is already in use", req->id));
     return;
   }
-  requests_[req->id] = req;
   uint64_t tag = next_seq_tag_++;
+  std::vector<std::string> ids;
+  std::vector<SamplingParams> params;
   for (size_t i = 0; i < req->choices.size(); ++i) {
-    Choice& c = req->choices[i];
-    c.seq_id = fmt::format("{}#{}", tag, i);
+    ids.push_back(req->choices[i].seq_id = fmt::format("{}#{}", tag, i));
     SamplingParams p = req->opts.sampling;
     // Choices of one request must differ: each gets its own seed.
     if (p.seed) p.seed = *p.seed + i;
     // best_of ranks by cumulative logprob, which needs the sampled logprobs.
     if (req->buffer_all && p.logprobs < 0) p.logprobs = 0;
-    try {
-      engine_->add_request(c.seq_id, req->prompt, p, req->opts.priority);
-      by_seq_[c.seq_id] = {req, static_cast<int>(i)};
-      req->open++;
-    } catch (const std::exception& e) {
-      StreamEvent ev;
-      ev.index = static_cast<int>(i);
-      ev.finished = true;
-      ev.finish_reason = FinishReason::kAbort;
-      ev.error = e.what();
-      c.done = true;
-      if (!req->buffer_all) req->stream->push(ev);
-    }
+    params.push_back(std::move(p));
   }
-  if (req->open == 0) requests_.erase(req->id);
+  try {
+    // One group: the prompt is prefilled once and shared by every choice.
+    engine_->add_request_group(ids, req->prompt, std::move(params), req->opts.priority);
+  } catch (const std::exception& e) {
+    fail_request(*req, e.what());
+    return;
+  }
+  requests_[req->id] = req;
+  for (size_t i = 0; i < ids.size(); ++i) by_seq_[ids[i]] = {req, static_cast<int>(i)};
+  req->open = static_cast<int>(ids.size());
 }
 
 void AsyncEngine::handle_abort(const std::string& request_id) {
@@ -369,7 +370,8 @@ void AsyncEngine::loop() {
       fail_all(std::string("engine step failed: ") + e.what());
       continue;
     }
-    for (const auto& out : outs) process(out);
+    // Counters before process(): a consumer woken by a step's final event
+    // must read counters that already include that step.
     auto st = engine_->stats();
     {
       std::lock_guard lk(metrics_mu_);
@@ -380,6 +382,7 @@ void AsyncEngine::loop() {
       metrics_.prefix_cache_hits = st.prefix_cache_hits;
       if (st.last_step_tokens > 0) metrics_.iteration_tokens_total.observe(st.last_step_tokens);
     }
+    for (const auto& out : outs) process(out);
     refresh_gauges();  // after process(): stop strings may have ended requests
     log_stats_if_due();
   }

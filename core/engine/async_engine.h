@@ -2,7 +2,8 @@
 // The engine as frontends use it: requests from any thread, one engine loop
 // thread that owns the LLMEngine, and a stream of events per request (new
 // token ids, text deltas after detokenization and stop strings, logprobs,
-// finish reasons). n and best_of fan a request out into several sequences.
+// finish reasons). n and best_of fan a request out into several sequences,
+// queued as one group that prefills the prompt once (LLMEngine::add_request_group).
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -126,6 +127,8 @@ class AsyncEngine {
   };
   void loop();
   void handle_add(const std::shared_ptr<Request>& req);
+  // Ends every choice of a request that never reached the engine with `message`.
+  void fail_request(const Request& req, const std::string& message);
   void handle_abort(const std::string& request_id);
   void process(const RequestOutput& out);
   void finish_choice(Request& req, Choice& choice, StreamEvent ev);

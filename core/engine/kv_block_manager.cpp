@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace halo::engine {
@@ -119,6 +121,30 @@ void KvBlockManager::cache_full_blocks(Sequence& seq) {
     cached_[h] = b;
     for (int t = 0; t < block_size_; ++t) cached_tokens_[size_t(b) * block_size_ + t] = seq.token_at(i * block_size_ + t);
   }
+}
+
+bool KvBlockManager::fork(const Sequence& parent, Sequence& child, int num_tokens,
+                          BlockCopies& copies) {
+  const int last = (num_tokens - 1) / block_size_;  // the block holding the last token
+  if (num_tokens < 1 || !child.block_table.empty() || parent.num_computed_tokens < num_tokens ||
+      static_cast<int>(parent.block_table.size()) <= last)
+    throw Error(fmt::format(
+        "KV fork of {} tokens: the parent has not computed them or the child has blocks",
+        num_tokens));
+  if (free_.empty()) return false;
+  for (int i = 0; i < last; ++i) {
+    take(parent.block_table[i]);
+    child.block_table.push_back(parent.block_table[i]);
+  }
+  const size_t hashed = std::min<size_t>(last, parent.block_hashes.size());
+  child.block_hashes.assign(parent.block_hashes.begin(), parent.block_hashes.begin() + hashed);
+  int32_t b = pop_free();
+  blocks_[b].ref = 1;
+  child.block_table.push_back(b);
+  copies.src.push_back(parent.block_table[last]);
+  copies.dst.push_back(b);
+  child.num_computed_tokens = num_tokens - 1;
+  return true;
 }
 
 void KvBlockManager::free(Sequence& seq) {

@@ -5,8 +5,9 @@
 // who runs.
 //
 // Invariants: a block is on the free list exactly when its ref count is 0;
-// only full blocks are ever cached or shared, so a shared block is never
-// written again; a freed cached block keeps its contents until it is handed
+// only full blocks are ever cached or shared (a fork copies the block holding
+// its last prompt token, even a full one, instead of sharing it), so a shared
+// block is never written again; a freed cached block keeps its contents until it is handed
 // out again (least recently freed first), so a later request can still hit it.
 #include <cstdint>
 #include <list>
@@ -43,6 +44,20 @@ class KvBlockManager {
   // Prefix caching: registers the blocks of `seq` that are now full of
   // computed tokens, so later requests can reuse them.
   void cache_full_blocks(Sequence& seq);
+
+  // Copy-on-write fork of the first `num_tokens` tokens (the prompt) of
+  // `parent` into `child`, whose block table must be empty. The child shares
+  // (ref++) every block wholly before the block holding token num_tokens - 1
+  // and gets a fresh block in place of that one, whose contents the caller
+  // must copy from the parent's block (appended to `copies`) before the child
+  // runs; the child's num_computed_tokens becomes num_tokens - 1, so it
+  // recomputes only its last prompt token, into its private block, and
+  // samples from its own logits. The parent must have computed those tokens.
+  // Returns false (and changes nothing) when no block is free.
+  struct BlockCopies {
+    std::vector<int32_t> src, dst;
+  };
+  bool fork(const Sequence& parent, Sequence& child, int num_tokens, BlockCopies& copies);
 
   // Returns every block of the sequence to the pool and clears its table.
   void free(Sequence& seq);

@@ -143,22 +143,52 @@ void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids,
 
 void LLMEngine::add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
                             SamplingParams params, int priority) {
-  try {
-    validate_request(prompt_ids, params);
-  } catch (const Error& e) {
-    throw Error(fmt::format("request {}: {}", request_id, e.what()));
+  add_request_group({request_id}, prompt_ids, {std::move(params)}, priority);
+}
+
+void LLMEngine::check_new_ids(const std::vector<std::string>& request_ids) const {
+  for (size_t i = 0; i < request_ids.size(); ++i) {
+    const auto& id = request_ids[i];
+    if (live_.count(id) ||
+        std::find(request_ids.begin(), request_ids.begin() + i, id) != request_ids.begin() + i)
+      throw Error(fmt::format("request id {} is already in use", id));
   }
-  if (live_.count(request_id))
-    throw Error(fmt::format("request id {} is already in use", request_id));
+}
+
+void LLMEngine::add_request_group(const std::vector<std::string>& request_ids,
+                                  const std::vector<int32_t>& prompt_ids,
+                                  std::vector<SamplingParams> params, int priority) {
+  if (request_ids.empty() || request_ids.size() != params.size())
+    throw Error(
+        fmt::format("a request group needs one sampling parameter set per id ({} ids, {} sets)",
+                    request_ids.size(), params.size()));
+  for (size_t i = 0; i < params.size(); ++i) {
+    try {
+      validate_request(prompt_ids, params[i]);
+    } catch (const Error& e) {
+      throw Error(fmt::format("request {}: {}", request_ids[i], e.what()));
+    }
+  }
+  check_new_ids(request_ids);
+  std::vector<std::shared_ptr<Sequence>> followers;
+  auto leader = make_sequence(request_ids[0], prompt_ids, std::move(params[0]), priority);
+  for (size_t i = 1; i < request_ids.size(); ++i)
+    followers.push_back(make_sequence(request_ids[i], prompt_ids, std::move(params[i]), priority));
+  scheduler_->add_group(std::move(leader), std::move(followers));
+}
+
+std::shared_ptr<Sequence> LLMEngine::make_sequence(const std::string& request_id,
+                                                   const std::vector<int32_t>& prompt_ids,
+                                                   SamplingParams params, int priority) {
   auto seq = std::make_shared<Sequence>();
   seq->request_id = request_id;
   seq->arrival = next_arrival_++;
   seq->priority = priority;
-  seq->prompt_ids = std::move(prompt_ids);
+  seq->prompt_ids = prompt_ids;
   seq->rng.seed(params.seed ? *params.seed : config_.seed * 0x9E3779B97F4A7C15ull + seq->arrival);
   seq->params = std::move(params);
   live_[request_id] = seq;
-  scheduler_->add(seq);
+  return seq;
 }
 
 bool LLMEngine::abort_request(const std::string& request_id, FinishReason reason) {
@@ -242,6 +272,9 @@ std::vector<RequestOutput> LLMEngine::step() {
     out.seq = live_.at(seq.request_id);
     outputs.push_back(std::move(out));
   }
+  // Followers fork from the blocks of a leader that may finish in this very step.
+  const auto copies = scheduler_->fork_followers();
+  kv_cache_->copy_blocks(copies.src, copies.dst);
   scheduler_->remove_finished();
   for (const auto& o : outputs)
     if (o.finished) live_.erase(o.request_id);

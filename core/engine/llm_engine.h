@@ -54,6 +54,14 @@ class LLMEngine {
   // vocabulary, a prompt that does not fit max_model_len or bad parameters.
   void add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
                    SamplingParams params, int priority = 0);
+  // Queues one sequence per id, all on the same prompt (a request's n /
+  // best_of choices), checked as add_request does: all are queued or none.
+  // The prompt is prefilled once, by the first (the leader); the others are
+  // forked from its KV blocks once it is computed and each recomputes only the
+  // last prompt token, so each samples as an independent request would.
+  void add_request_group(const std::vector<std::string>& request_ids,
+                         const std::vector<int32_t>& prompt_ids, std::vector<SamplingParams> params,
+                         int priority = 0);
   // Ends a request wherever it is and frees its blocks at once (also used to
   // end a request on a stop string, with reason kStop). False if unknown.
   bool abort_request(const std::string& request_id, FinishReason reason = FinishReason::kAbort);
@@ -76,6 +84,10 @@ class LLMEngine {
 
  private:
   void check_stop(Sequence& seq, int32_t token);
+  void check_new_ids(const std::vector<std::string>& request_ids) const;
+  std::shared_ptr<Sequence> make_sequence(const std::string& request_id,
+                                          const std::vector<int32_t>& prompt_ids,
+                                          SamplingParams params, int priority);
 
   EngineConfig config_;
   std::shared_ptr<const model::LoadedModel> model_;

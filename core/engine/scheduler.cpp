@@ -20,6 +20,50 @@ void Scheduler::add(std::shared_ptr<Sequence> seq) {
   insert_waiting(std::move(seq));
 }
 
+void Scheduler::add_group(std::shared_ptr<Sequence> leader,
+                          std::vector<std::shared_ptr<Sequence>> followers) {
+  for (auto& f : followers) {
+    f->status = SequenceStatus::kWaiting;
+    held_.push_back({leader, std::move(f)});
+  }
+  add(std::move(leader));
+}
+
+bool Scheduler::try_fork(const Held& held, KvBlockManager::BlockCopies& copies) {
+  auto busy =
+      std::count_if(running_.begin(), running_.end(), [](const auto& s) { return !s->finished(); });
+  if (busy >= config_.max_num_seqs) return false;
+  int prompt_len = static_cast<int>(held.follower->prompt_ids.size());
+  if (!blocks_.fork(*held.leader, *held.follower, prompt_len, copies)) return false;
+  held.follower->status = SequenceStatus::kRunning;
+  running_.push_back(held.follower);  // newest: the first to give way under pressure
+  return true;
+}
+
+KvBlockManager::BlockCopies Scheduler::fork_followers() {
+  KvBlockManager::BlockCopies copies;
+  std::vector<Held> still;
+  for (auto& h : held_) {
+    const Sequence& leader = *h.leader;
+    bool computed = leader.num_computed_tokens >= static_cast<int>(leader.prompt_ids.size()) &&
+                    !leader.block_table.empty();
+    if (!computed && !leader.finished()) {
+      still.push_back(std::move(h));  // the leader is still on its prompt (or preempted)
+    } else if (!computed || !try_fork(h, copies)) {
+      insert_waiting(std::move(h.follower));  // falls back to an ordinary request
+    }
+  }
+  held_ = std::move(still);
+  return copies;
+}
+
+void Scheduler::release_followers(const Sequence& leader) {
+  auto mine = [&](const Held& h) { return h.leader.get() == &leader; };
+  for (auto& h : held_)
+    if (mine(h)) insert_waiting(h.follower);
+  held_.erase(std::remove_if(held_.begin(), held_.end(), mine), held_.end());
+}
+
 void Scheduler::preempt(std::shared_ptr<Sequence> seq) {
   blocks_.free(*seq);
   seq->num_computed_tokens = 0;  // recompute: prompt and output are prefilled again
@@ -113,19 +157,23 @@ bool Scheduler::abort(const std::string& request_id, FinishReason reason) {
     s.status = SequenceStatus::kFinished;
     s.finish_reason = reason;
   };
-  if (auto it = std::find_if(waiting_.begin(), waiting_.end(), match); it != waiting_.end()) {
-    finish(**it);
-    blocks_.free(**it);
-    waiting_.erase(it);
+  auto end_in = [&](auto& queue) {
+    auto it = std::find_if(queue.begin(), queue.end(), match);
+    if (it == queue.end()) return false;
+    auto seq = *it;
+    queue.erase(it);
+    finish(*seq);
+    blocks_.free(*seq);
+    release_followers(*seq);
     return true;
-  }
-  if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
-    finish(**it);
-    blocks_.free(**it);
-    running_.erase(it);
-    return true;
-  }
-  return false;
+  };
+  if (end_in(waiting_) || end_in(running_)) return true;
+  auto held =
+      std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return match(h.follower); });
+  if (held == held_.end()) return false;
+  finish(*held->follower);
+  held_.erase(held);
+  return true;
 }
 
 }  // namespace halo::engine

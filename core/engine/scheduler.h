@@ -6,6 +6,12 @@
 // split into chunks when the device allows it. When blocks run out the newest
 // running sequence is preempted (its blocks freed, recomputed later), so every
 // request eventually finishes and nothing deadlocks.
+//
+// Groups (n / best_of): the followers of a group wait outside both queues,
+// holding no blocks, until their leader has computed the shared prompt; then
+// each is forked from the leader (copy-on-write, see KvBlockManager::fork)
+// straight into the running queue, or, when that is impossible, joins the
+// waiting queue as an ordinary request. Only waiting sequences hold no blocks.
 #include <deque>
 #include <memory>
 #include <vector>
@@ -40,15 +46,24 @@ class Scheduler {
   Scheduler(const SchedulerConfig& config, KvBlockManager& blocks);
 
   void add(std::shared_ptr<Sequence> seq);
+  // Queues `leader` as add() does and holds `followers` (same prompt) for it.
+  void add_group(std::shared_ptr<Sequence> leader,
+                 std::vector<std::shared_ptr<Sequence>> followers);
   SchedulerOutput schedule();
+  // After a step's tokens are counted and before remove_finished(): forks every
+  // held follower whose leader has computed the prompt. A follower finding no
+  // free block or seat falls back to waiting. Returns the block copies the
+  // caller must issue before the next step.
+  KvBlockManager::BlockCopies fork_followers();
   // Drops finished sequences from the running queue and frees their blocks.
   void remove_finished();
   // Finishes a sequence wherever it is and frees its blocks. False if unknown.
+  // An aborted leader's held followers fall back to waiting.
   bool abort(const std::string& request_id, FinishReason reason = FinishReason::kAbort);
 
-  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_waiting() const { return waiting_.size() + held_.size(); }  // held followers wait too
   size_t num_running() const { return running_.size(); }
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !held_.empty(); }
   const SchedulerConfig& config() const { return config_; }
 
  private:
@@ -60,11 +75,17 @@ class Scheduler {
   void admit_waiting(SchedulerOutput& out, int& budget, StepKinds& kinds);
   void preempt(std::shared_ptr<Sequence> seq);
   void insert_waiting(std::shared_ptr<Sequence> seq);
+  struct Held {
+    std::shared_ptr<Sequence> leader, follower;
+  };
+  bool try_fork(const Held& held, KvBlockManager::BlockCopies& copies);
+  void release_followers(const Sequence& leader);
 
   SchedulerConfig config_;
   KvBlockManager& blocks_;
   std::deque<std::shared_ptr<Sequence>> waiting_;
   std::vector<std::shared_ptr<Sequence>> running_;  // admission order: back = newest
+  std::vector<Held> held_;  // followers whose leader has not computed the prompt yet
 };
 
 }  // namespace halo::engine

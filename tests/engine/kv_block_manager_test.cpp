@@ -118,3 +118,121 @@ TEST(PrefixCache, OffByDefault) {
   Sequence b = seq_with({1, 2, 3, 4, 5, 6, 7, 8, 9});
   EXPECT_EQ(m.attach_cached_prefix(b), 0);
 }
+
+// ------------------------------------------------------------ fork (n / best_of)
+
+namespace {
+// A parent that computed `prompt_len` tokens, forked into a fresh child.
+struct Forked {
+  Sequence parent, child;
+  KvBlockManager::BlockCopies copies;
+  bool ok = false;
+};
+void fork_prompt(KvBlockManager& m, Forked& f, int prompt_len) {
+  f.parent.prompt_ids.assign(prompt_len, 5);
+  f.child.prompt_ids = f.parent.prompt_ids;
+  compute_all(m, f.parent);
+  f.ok = m.fork(f.parent, f.child, prompt_len, f.copies);
+}
+}  // namespace
+
+TEST(KvFork, SharesWholeBlocksBeforeTheLastTokenAndCopiesItsBlock) {
+  KvBlockManager m(8, 4);
+  Forked f;
+  fork_prompt(m, f, 10);  // blocks [0-3] [4-7] [8-9]: the last token is in the third
+  ASSERT_TRUE(f.ok);
+  ASSERT_EQ(f.child.block_table.size(), 3u);
+  EXPECT_EQ(f.child.block_table[0], f.parent.block_table[0]);
+  EXPECT_EQ(f.child.block_table[1], f.parent.block_table[1]);
+  EXPECT_NE(f.child.block_table[2], f.parent.block_table[2]);
+  EXPECT_EQ(f.copies.src, std::vector<int32_t>{f.parent.block_table[2]});
+  EXPECT_EQ(f.copies.dst, std::vector<int32_t>{f.child.block_table[2]});
+  EXPECT_EQ(f.child.num_computed_tokens, 9) << "the child recomputes only the last prompt token";
+  EXPECT_EQ(m.num_free_blocks(), 8 - 4);
+}
+
+TEST(KvFork, AFullLastBlockIsCopiedNotShared) {
+  // prompt_len = 8: the last token fills block 1, which the child must not share
+  // (it writes that token again).
+  KvBlockManager m(8, 4);
+  Forked f;
+  fork_prompt(m, f, 8);
+  ASSERT_TRUE(f.ok);
+  ASSERT_EQ(f.child.block_table.size(), 2u);
+  EXPECT_EQ(f.child.block_table[0], f.parent.block_table[0]);
+  EXPECT_EQ(f.copies.src, std::vector<int32_t>{f.parent.block_table[1]});
+  EXPECT_EQ(f.copies.dst, std::vector<int32_t>{f.child.block_table[1]});
+  EXPECT_EQ(f.child.num_computed_tokens, 7);
+}
+
+TEST(KvFork, ALastTokenOpeningABlockSharesEveryFullBlock) {
+  KvBlockManager m(8, 4);
+  Forked f;
+  fork_prompt(m, f, 9);  // blocks [0-3] [4-7] [8]
+  ASSERT_TRUE(f.ok);
+  ASSERT_EQ(f.child.block_table.size(), 3u);
+  EXPECT_EQ(f.child.block_table[0], f.parent.block_table[0]);
+  EXPECT_EQ(f.child.block_table[1], f.parent.block_table[1]);
+  EXPECT_EQ(f.copies.src, std::vector<int32_t>{f.parent.block_table[2]});
+  EXPECT_EQ(f.child.num_computed_tokens, 8);
+}
+
+TEST(KvFork, OneTokenPromptSharesNothing) {
+  KvBlockManager m(8, 4);
+  Forked f;
+  fork_prompt(m, f, 1);
+  ASSERT_TRUE(f.ok);
+  ASSERT_EQ(f.child.block_table.size(), 1u);
+  EXPECT_NE(f.child.block_table[0], f.parent.block_table[0]);
+  EXPECT_EQ(f.child.num_computed_tokens, 0);
+}
+
+TEST(KvFork, SharedBlocksLiveUntilTheirLastOwnerAndTheGrowingChildNeverWritesThem) {
+  KvBlockManager m(8, 4);
+  Forked f;
+  fork_prompt(m, f, 10);
+  ASSERT_TRUE(m.allocate_slots(f.child, 14));  // the child decodes past its copied block
+  std::set<int32_t> parent(f.parent.block_table.begin(), f.parent.block_table.end());
+  for (size_t i = 2; i < f.child.block_table.size(); ++i)
+    EXPECT_FALSE(parent.count(f.child.block_table[i])) << "child block " << i << " is the parent's";
+  m.free(f.parent);
+  EXPECT_EQ(m.num_free_blocks(), 8 - 4) << "only the parent's private block returns";
+  m.free(f.child);
+  EXPECT_EQ(m.num_free_blocks(), 8);
+}
+
+TEST(KvFork, RefusesWithoutChangingAnythingWhenNoBlockIsFree) {
+  KvBlockManager m(3, 4);
+  Forked f;
+  fork_prompt(m, f, 12);  // all three blocks
+  EXPECT_FALSE(f.ok);
+  EXPECT_TRUE(f.child.block_table.empty());
+  EXPECT_TRUE(f.copies.src.empty());
+  EXPECT_EQ(f.child.num_computed_tokens, 0);
+  m.free(f.parent);
+  EXPECT_EQ(m.num_free_blocks(), 3) << "a refused fork took a reference";
+}
+
+TEST(KvFork, RefusesAParentThatHasNotComputedThePrompt) {
+  KvBlockManager m(8, 4);
+  Sequence parent = seq_with({1, 2, 3, 4, 5, 6}), child = seq_with({1, 2, 3, 4, 5, 6});
+  ASSERT_TRUE(m.allocate_slots(parent, 6));
+  parent.num_computed_tokens = 4;  // a prefill chunk still to go
+  KvBlockManager::BlockCopies copies;
+  EXPECT_THROW(m.fork(parent, child, 6, copies), halo::Error);
+}
+
+TEST(KvFork, WithPrefixCachingTheChildContinuesTheParentsHashChain) {
+  KvBlockManager m(8, 4, true);
+  Forked f;
+  fork_prompt(m, f, 9);
+  ASSERT_TRUE(f.ok);
+  ASSERT_EQ(f.child.block_hashes.size(), 2u);
+  EXPECT_EQ(f.child.block_hashes, std::vector<uint64_t>(f.parent.block_hashes.begin(),
+                                                        f.parent.block_hashes.begin() + 2));
+  m.free(f.parent);
+  m.free(f.child);
+  EXPECT_EQ(m.num_free_blocks(), 8);
+  Sequence again = seq_with(std::vector<int32_t>(9, 5));
+  EXPECT_EQ(m.attach_cached_prefix(again), 8) << "the shared prompt blocks stay cached";
+}

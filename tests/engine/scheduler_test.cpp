@@ -181,3 +181,141 @@ TEST(Scheduler, WithoutMixedBatchesAWaitingPromptRunsFirstWhileASlotIsFree) {
   out = sched.schedule();  // then both decode together
   EXPECT_EQ(out.scheduled.size(), 2u);
 }
+
+// ------------------------------------------------------------ groups (n / best_of)
+
+namespace {
+// A step as LLMEngine::step() runs it for groups: forks after the tokens
+// count, before the finished are dropped.
+KvBlockManager::BlockCopies run_group_step(Scheduler& sched, const SchedulerOutput& out) {
+  for (auto& s : out.scheduled) {
+    s.seq->num_computed_tokens += s.num_tokens;
+    if (s.seq->num_computed_tokens == s.seq->num_tokens()) {
+      s.seq->output_ids.push_back(1);
+      if (static_cast<int>(s.seq->output_ids.size()) >= s.seq->params.max_tokens)
+        s.seq->status = SequenceStatus::kFinished;
+    }
+  }
+  auto copies = sched.fork_followers();
+  sched.remove_finished();
+  return copies;
+}
+int tokens_of(const SchedulerOutput& out, const std::string& id) {
+  for (auto& s : out.scheduled)
+    if (s.seq->request_id == id) return s.num_tokens;
+  return 0;
+}
+}  // namespace
+
+TEST(SchedulerGroup, FollowersWaitForTheLeadersPromptThenRunOneToken) {
+  KvBlockManager blocks(32, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 6, .max_model_len = 32}, blocks);
+  auto lead = make_seq("lead", 10, 3, 0);
+  auto f1 = make_seq("f1", 10, 3, 1), f2 = make_seq("f2", 10, 3, 2);
+  sched.add_group(lead, {f1, f2});
+  EXPECT_EQ(sched.num_waiting(), 3u);
+  auto out = sched.schedule();  // a 6-token chunk of the prompt
+  EXPECT_EQ(tokens_of(out, "lead"), 6);
+  EXPECT_EQ(tokens_of(out, "f1") + tokens_of(out, "f2"), 0);
+  EXPECT_TRUE(run_group_step(sched, out).src.empty()) << "forked before the prompt was computed";
+  out = sched.schedule();  // the rest of the prompt
+  EXPECT_EQ(tokens_of(out, "lead"), 4);
+  auto copies = run_group_step(sched, out);
+  ASSERT_EQ(copies.src.size(), 2u);
+  EXPECT_EQ(copies.src[0], lead->block_table[2]);
+  EXPECT_EQ(copies.src[1], lead->block_table[2]);
+  EXPECT_EQ(sched.num_running(), 3u);
+  EXPECT_EQ(sched.num_waiting(), 0u);
+  out = sched.schedule();
+  EXPECT_EQ(tokens_of(out, "lead"), 1);
+  EXPECT_EQ(tokens_of(out, "f1"), 1) << "a follower recomputes its last prompt token only";
+  EXPECT_EQ(tokens_of(out, "f2"), 1);
+  while (sched.has_unfinished()) run_group_step(sched, sched.schedule());
+  for (auto& s : {lead, f1, f2}) EXPECT_EQ(s->output_ids.size(), 3u) << s->request_id;
+  EXPECT_EQ(blocks.num_free_blocks(), 32);
+}
+
+TEST(SchedulerGroup, ALeaderFinishingInItsPrefillStepStillSharesItsPrompt) {
+  KvBlockManager blocks(32, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 32}, blocks);
+  auto lead = make_seq("lead", 10, 1, 0), f = make_seq("f", 10, 1, 1);
+  sched.add_group(lead, {f});
+  EXPECT_EQ(run_group_step(sched, sched.schedule()).src.size(), 1u);
+  EXPECT_TRUE(lead->finished());
+  auto out = sched.schedule();
+  EXPECT_EQ(tokens_of(out, "f"), 1);
+  run_group_step(sched, out);
+  EXPECT_FALSE(sched.has_unfinished());
+  EXPECT_EQ(blocks.num_free_blocks(), 32);
+}
+
+TEST(SchedulerGroup, AbortingTheLeaderFirstLetsFollowersRunAlone) {
+  KvBlockManager blocks(32, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 4, .max_model_len = 32}, blocks);
+  auto lead = make_seq("lead", 10, 2, 0), f = make_seq("f", 10, 2, 1);
+  sched.add_group(lead, {f});
+  run_group_step(sched, sched.schedule());  // one chunk only
+  EXPECT_TRUE(sched.abort("lead"));
+  EXPECT_EQ(sched.num_waiting(), 1u);
+  EXPECT_EQ(tokens_of(sched.schedule(), "f"), 4) << "the follower prefills its own prompt";
+  while (sched.has_unfinished()) run_group_step(sched, sched.schedule());
+  EXPECT_EQ(f->output_ids.size(), 2u);
+  EXPECT_EQ(blocks.num_free_blocks(), 32);
+}
+
+TEST(SchedulerGroup, AbortingAHeldFollowerEndsItWithoutBlocks) {
+  KvBlockManager blocks(32, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 32}, blocks);
+  auto lead = make_seq("lead", 10, 2, 0), f = make_seq("f", 10, 2, 1);
+  sched.add_group(lead, {f});
+  EXPECT_TRUE(sched.abort("f"));
+  EXPECT_EQ(f->finish_reason, FinishReason::kAbort);
+  EXPECT_EQ(sched.num_waiting(), 1u);
+  EXPECT_TRUE(sched.abort("lead"));
+  EXPECT_FALSE(sched.has_unfinished());
+  EXPECT_EQ(blocks.num_free_blocks(), 32);
+}
+
+TEST(SchedulerGroup, NoFreeSeatMakesAFollowerAnOrdinaryWaitingRequest) {
+  KvBlockManager blocks(32, 4);
+  Scheduler sched({.max_num_seqs = 1, .max_num_batched_tokens = 64, .max_model_len = 32}, blocks);
+  auto lead = make_seq("lead", 10, 2, 0), f = make_seq("f", 10, 2, 1);
+  sched.add_group(lead, {f});
+  EXPECT_TRUE(run_group_step(sched, sched.schedule()).src.empty());
+  EXPECT_EQ(sched.num_running(), 1u);
+  EXPECT_EQ(sched.num_waiting(), 1u);
+  EXPECT_TRUE(f->block_table.empty());
+  while (sched.has_unfinished()) run_group_step(sched, sched.schedule());
+  EXPECT_EQ(f->output_ids.size(), 2u);
+  EXPECT_EQ(blocks.num_free_blocks(), 32);
+}
+
+TEST(SchedulerGroup, APreemptedLeaderKeepsItsFollowersHeldUntilItsPromptIsComputed) {
+  // 6 blocks of 4 tokens and a 5-token budget: the leader's 14-token prompt is
+  // still in chunks when the older request's growth preempts it.
+  KvBlockManager blocks(6, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 5, .max_model_len = 24}, blocks);
+  auto old = make_seq("old", 8, 9, 0);
+  sched.add(old);
+  run_group_step(sched, sched.schedule());
+  auto lead = make_seq("lead", 14, 2, 1), f = make_seq("f", 14, 2, 2);
+  sched.add_group(lead, {f});
+  int steps = 0;
+  bool forked = false;
+  while (sched.has_unfinished()) {
+    auto out = sched.schedule();
+    ASSERT_FALSE(out.empty()) << "stalled";
+    if (!forked) {
+      EXPECT_EQ(tokens_of(out, "f"), 0) << "a held follower was scheduled";
+      EXPECT_TRUE(f->block_table.empty()) << "a held follower holds blocks";
+    }
+    if (!run_group_step(sched, out).src.empty()) {
+      EXPECT_GT(lead->num_preemptions, 0) << "the pool was meant to preempt the leader mid-prompt";
+      forked = true;
+    }
+    ASSERT_LT(++steps, 200);
+  }
+  EXPECT_TRUE(forked) << "the follower should fork once the leader recomputed its prompt";
+  EXPECT_EQ(f->output_ids.size(), 2u);
+  EXPECT_EQ(blocks.num_free_blocks(), 6);
+}

@@ -97,7 +97,8 @@
  *  keeps its objects and runs later requests on them, which fail in turn if the
  *  device is gone. Offline runs (halo generate, bench) stop with the error. An
  *  error while loading (device_open, prepare, kv_cache_create) refuses the model.
- *  kv_cache_copy_blocks is not called by the engine yet.
+ *  kv_cache_copy_blocks is called between steps, when the choices of a request
+ *  with n / best_of > 1 fork from the one that prefilled their shared prompt.
  */
 #ifndef HALO_DEVICE_ABI_H_
 #define HALO_DEVICE_ABI_H_
