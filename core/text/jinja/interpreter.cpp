@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <string_view>
 
 #include <utf8proc.h>
 
@@ -1428,338 +1429,461 @@ Value sort_key(const Value& v, bool case_sensitive) {
   return v;
 }
 
+// A filter's implementation. `name` is the name it was called by: a few
+// filters share one (select/reject, sort/unique/max/min) and the errors name
+// the one used. `v` is the filter's input, passed on by value as
+// apply_filter got it (so `safe` and `default` return it without a copy).
+using FilterFn = Value (*)(Interpreter& I, const std::string& name, Value v, Args& a);
+
+Value filter_safe(Interpreter&, const std::string&, Value v, Args&) { return v; }
+Value filter_string(Interpreter&, const std::string&, Value v, Args&) { return Value(v.to_str()); }
+Value filter_trim(Interpreter&, const std::string&, Value v, Args& a) {
+  const Value* chars = arg(a, 0, "chars");
+  return Value(py_strip(v.to_str(), chars, true, true));
+}
+Value filter_upper(Interpreter&, const std::string&, Value v, Args&) {
+  return Value(py_upper(v.to_str()));
+}
+Value filter_lower(Interpreter&, const std::string&, Value v, Args&) {
+  return Value(py_lower(v.to_str()));
+}
+Value filter_capitalize(Interpreter&, const std::string&, Value v, Args&) {
+  return Value(py_capitalize(v.to_str()));
+}
+Value filter_title(Interpreter&, const std::string&, Value v, Args&) {
+  return Value(jinja_title(v.to_str()));
+}
+Value filter_escape(Interpreter&, const std::string&, Value v, Args&) {
+  return Value(html_escape(v.to_str()));
+}
+
+Value filter_length(Interpreter& I, const std::string&, Value v, Args&) {
+  switch (v.kind()) {
+    case Value::Kind::String:
+      return Value(py_len(v.str()));
+    case Value::Kind::List:
+    case Value::Kind::Tuple:
+      return Value(static_cast<std::int64_t>(v.items().size()));
+    case Value::Kind::Dict:
+      return Value(static_cast<std::int64_t>(v.dict_ref().entries.size()));
+    case Value::Kind::Undefined:
+      return Value(std::int64_t{0});
+    default:
+      I.fail("object of type '" + v.type_name() + "' has no len()");
+  }
+}
+
+Value filter_default(Interpreter&, const std::string&, Value v, Args& a) {
+  const Value* def = arg(a, 0, "default_value");
+  bool boolean = arg_bool(arg(a, 1, "boolean"), false);
+  if (v.is_undefined() || (boolean && !v.truthy())) return def ? *def : Value("");
+  return v;
+}
+
+Value filter_join(Interpreter& I, const std::string&, Value v, Args& a) {
+  const Value* sep = arg(a, 0, "d");
+  const Value* attribute = arg(a, 1, "attribute");
+  std::string d = sep ? sep->to_str() : "";
+  std::string r;
+  bool first = true;
+  for (auto& x : I.iterate(v)) {
+    if (!first) r += d;
+    first = false;
+    r += (attribute ? attr_path(I, x, *attribute, nullptr) : x).to_str();
+    I.check_size(r.size());
+  }
+  I.produced(r.size());
+  return Value(std::move(r));
+}
+
+Value filter_tojson(Interpreter& I, const std::string&, Value v, Args& a) {
+  JsonOptions o;
+  o.ensure_ascii = arg_bool(arg(a, 0, "ensure_ascii"), false);
+  const Value* indent = arg(a, 1, "indent");
+  const Value* seps = arg(a, 2, "separators");
+  o.sort_keys = arg_bool(arg(a, 3, "sort_keys"), false);
+  if (indent && !indent->is_none()) {
+    if (indent->is_string())
+      o.indent = indent->str();
+    else if (indent->is_int() || indent->is_bool())
+      o.indent = std::string(
+          static_cast<std::size_t>(std::clamp<std::int64_t>(indent->as_int(), 0, 1024)), ' ');
+    else
+      I.fail("tojson: indent must be an integer or a string");
+    o.item_separator = ",";
+  }
+  if (seps && !seps->is_none()) {
+    if (!seps->is_sequence_like() || seps->items().size() != 2 || !seps->items()[0].is_string() ||
+        !seps->items()[1].is_string())
+      I.fail("tojson: separators must be a pair of strings");
+    o.item_separator = seps->items()[0].str();
+    o.key_separator = seps->items()[1].str();
+  }
+  try {
+    return Value(to_json(v, o));
+  } catch (const std::invalid_argument& e) {
+    I.fail(e.what());
+  }
+}
+
+Value filter_items(Interpreter& I, const std::string&, Value v, Args&) {
+  if (v.is_undefined()) return Value::list();
+  if (!v.is_mapping()) I.fail("Can only get item pairs from a mapping.");
+  List r;
+  for (const auto& [k, x] : v.dict_ref().entries) r.push_back(Value::tuple({k, x}));
+  return Value::list(std::move(r));
+}
+
+Value filter_list(Interpreter& I, const std::string&, Value v, Args&) {
+  return Value::list(I.iterate(v));
+}
+
+Value filter_first(Interpreter& I, const std::string&, Value v, Args&) {
+  if (v.is_undefined()) return Value::undefined("No first item, sequence was empty.");
+  List items = I.iterate(v);
+  if (items.empty()) return Value::undefined("No first item, sequence was empty.");
+  return items.front();
+}
+
+Value filter_last(Interpreter& I, const std::string&, Value v, Args&) {
+  if (v.is_undefined()) return Value::undefined("No last item, sequence was empty.");
+  List items = I.iterate(v);
+  if (items.empty()) return Value::undefined("No last item, sequence was empty.");
+  return items.back();
+}
+
+Value filter_reverse(Interpreter& I, const std::string&, Value v, Args&) {
+  if (v.is_string()) {
+    std::u32string u = utf8_decode(v.str());
+    std::reverse(u.begin(), u.end());
+    return Value(utf8_encode(u));
+  }
+  List items = I.iterate(v);
+  std::reverse(items.begin(), items.end());
+  return Value::list(std::move(items));
+}
+
+Value filter_int(Interpreter&, const std::string&, Value v, Args& a) {
+  const Value* def = arg(a, 0, "default");
+  return to_int(v, def ? *def : Value(std::int64_t{0}));
+}
+
+Value filter_float(Interpreter&, const std::string&, Value v, Args& a) {
+  const Value* def = arg(a, 0, "default");
+  return to_float(v, def ? *def : Value(0.0));
+}
+
+Value filter_abs(Interpreter& I, const std::string&, Value v, Args&) {
+  if (v.is_undefined()) fail_undefined(I, v);
+  if (v.is_float()) return Value(std::fabs(v.as_float()));
+  if (v.is_number()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+  I.fail("bad operand type for abs(): '" + v.type_name() + "'");
+}
+
+Value filter_round(Interpreter& I, const std::string&, Value v, Args& a) {
+  const Value* pv = arg(a, 0, "precision");
+  const Value* mv = arg(a, 1, "method");
+  std::int64_t p = pv ? pv->as_int() : 0;
+  std::string method = mv ? mv->to_str() : "common";
+  if (v.is_undefined()) fail_undefined(I, v);
+  if (!v.is_number()) I.fail("type " + v.type_name() + " doesn't define __round__ method");
+  if (method != "common" && method != "ceil" && method != "floor")
+    I.fail("method must be common, ceil or floor");
+  if (method == "common") {
+    if (!v.is_float()) {
+      if (p >= 0) return Value(v.as_int());
+    }
+    p = std::clamp<std::int64_t>(p, -300, 300);
+    char buf[512];
+    if (p >= 0) {
+      std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(std::min<std::int64_t>(p, 100)),
+                    v.as_float());
+      return Value(std::strtod(buf, nullptr));
+    }
+    double scale = std::pow(10.0, static_cast<double>(-p));
+    return Value(std::nearbyint(v.as_float() / scale) * scale);
+  }
+  double scale = std::pow(10.0, static_cast<double>(p));
+  double x = v.as_float() * scale;
+  return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
+}
+
+Value filter_replace(Interpreter& I, const std::string&, Value v, Args& a) {
+  const Value* o = arg(a, 0, "old");
+  const Value* n = arg(a, 1, "new");
+  const Value* c = arg(a, 2, "count");
+  if (!o || !n) I.fail("replace filter needs old and new");
+  std::string r =
+      py_replace(v.to_str(), o->to_str(), n->to_str(), (c && !c->is_none()) ? c->as_int() : -1);
+  I.produced(r.size());
+  return Value(std::move(r));
+}
+
+Value filter_indent(Interpreter& I, const std::string&, Value v, Args& a) {
+  const Value* wv = arg(a, 0, "width");
+  bool first = arg_bool(arg(a, 1, "first"), false);
+  bool blank = arg_bool(arg(a, 2, "blank"), false);
+  std::string ind = "    ";
+  if (wv)
+    ind = wv->is_string()
+              ? wv->str()
+              : std::string(
+                    static_cast<std::size_t>(std::clamp<std::int64_t>(wv->as_int(), 0, 1024)), ' ');
+  std::string s = v.to_str() + "\n";
+  Args no_args;
+  Value lines = call_str_method(I, s, "splitlines", no_args);
+  std::string rv;
+  const List& ls = lines.items();
+  if (blank) {
+    for (std::size_t i = 0; i < ls.size(); ++i) {
+      if (i) rv += "\n" + ind;
+      rv += ls[i].str();
+    }
+  } else if (!ls.empty()) {
+    rv = ls[0].str();
+    for (std::size_t i = 1; i < ls.size(); ++i) {
+      rv += "\n";
+      if (!ls[i].str().empty()) rv += ind;
+      rv += ls[i].str();
+    }
+  }
+  if (first) rv = ind + rv;
+  I.produced(rv.size());
+  return Value(std::move(rv));
+}
+
+Value filter_center(Interpreter& I, const std::string&, Value v, Args& a) {
+  const Value* w = arg(a, 0, "width");
+  Args ca;
+  ca.pos.push_back(w ? *w : Value(std::int64_t{80}));
+  return call_str_method(I, v.to_str(), "center", ca);
+}
+
+Value filter_wordcount(Interpreter&, const std::string&, Value v, Args&) {
+  std::int64_t n = 0;
+  bool in_word = false;
+  for (char32_t c : utf8_decode(v.to_str())) {
+    bool w = is_alpha_cp(c) ||
+             utf8proc_category(static_cast<utf8proc_int32_t>(c)) == UTF8PROC_CATEGORY_ND ||
+             c == '_';
+    if (w && !in_word) ++n;
+    in_word = w;
+  }
+  return Value(n);
+}
+
+Value filter_format(Interpreter& I, const std::string&, Value v, Args& a) {
+  if (!a.kw.empty() && !a.pos.empty())
+    I.fail("can't handle positional and keyword arguments at the same time");
+  if (!a.kw.empty()) {
+    Value d = Value::dict();
+    for (const auto& [k, x] : a.kw) d.dict_ref().set(Value(k), x);
+    return Value(percent_format(I, v.to_str(), d));
+  }
+  return Value(percent_format(I, v.to_str(), Value::tuple(a.pos)));
+}
+
+Value filter_attr(Interpreter& I, const std::string&, Value v, Args& a) {
+  // Python getattr only: dict keys are not attributes.
+  const Value* n = arg(a, 0, "name");
+  if (!n || !n->is_string()) I.fail("attr filter needs a name");
+  if (v.is_undefined()) fail_undefined(I, v);
+  if (v.is_dict() && !in_list(kDictMethods, n->str()))
+    return Value::undefined("'dict object' has no attribute '" + n->str() + "'");
+  return I.getattr(v, n->str());
+}
+
+Value filter_map(Interpreter& I, const std::string&, Value v, Args& a) {
+  List out;
+  List items = I.iterate(v);
+  if (a.pos.empty()) {
+    const Value* attribute = arg(a, SIZE_MAX, "attribute");
+    if (!attribute) I.fail("map requires a filter name or attribute=");
+    const Value* def = arg(a, SIZE_MAX, "default");
+    for (auto& x : items) out.push_back(attr_path(I, x, *attribute, def));
+    return Value::list(std::move(out));
+  }
+  if (!a.pos[0].is_string()) I.fail("map: filter name must be a string");
+  std::string fname = a.pos[0].str();
+  if (!Interpreter::has_filter(fname)) I.fail("No filter named '" + fname + "'.");
+  for (auto& x : items) {
+    Args fa;
+    fa.pos.assign(a.pos.begin() + 1, a.pos.end());
+    fa.kw = a.kw;
+    out.push_back(I.apply_filter(fname, x, fa));
+  }
+  return Value::list(std::move(out));
+}
+
+// select, reject, selectattr, rejectattr.
+Value filter_select(Interpreter& I, const std::string& name, Value v, Args& a) {
+  bool by_attr = name == "selectattr" || name == "rejectattr";
+  bool want = name == "select" || name == "selectattr";
+  std::size_t ti = 0;
+  Value attribute;
+  if (by_attr) {
+    if (a.pos.empty()) I.fail(name + " requires an attribute name");
+    attribute = a.pos[0];
+    ti = 1;
+  }
+  std::string test;
+  Args ta;
+  if (a.pos.size() > ti) {
+    if (!a.pos[ti].is_string()) I.fail(name + ": test name must be a string");
+    test = a.pos[ti].str();
+    if (!Interpreter::has_test(test)) I.fail("No test named '" + test + "'.");
+    ta.pos.assign(a.pos.begin() + static_cast<std::ptrdiff_t>(ti) + 1, a.pos.end());
+    ta.kw = a.kw;
+  }
+  List out;
+  for (auto& x : I.iterate(v)) {
+    Value subject = by_attr ? attr_path(I, x, attribute, nullptr) : x;
+    bool ok = test.empty() ? subject.truthy() : I.apply_test(test, subject, ta);
+    if (ok == want) out.push_back(x);
+  }
+  return Value::list(std::move(out));
+}
+
+// The items of `items` whose keys (`keyed`: key, index) are not equal to an
+// earlier one's.
+Value unique_items(const List& items, const std::vector<std::pair<Value, std::size_t>>& keyed) {
+  List out;
+  List seen;
+  for (auto& [k, i] : keyed) {
+    bool dup = false;
+    for (const auto& s : seen) dup = dup || equals(s, k);
+    if (!dup) {
+      seen.push_back(k);
+      out.push_back(items[i]);
+    }
+  }
+  return Value::list(std::move(out));
+}
+
+// sort, unique, max, min: all compare the items by key (an attribute, folded
+// to lower case unless case_sensitive).
+Value filter_sort(Interpreter& I, const std::string& name, Value v, Args& a) {
+  bool reverse = name == "sort" && arg_bool(arg(a, 0, "reverse"), false);
+  bool cs = arg_bool(arg(a, name == "sort" ? 1 : 0, "case_sensitive"), false);
+  const Value* attribute = arg(a, name == "sort" ? 2 : 1, "attribute");
+  List items = I.iterate(v);
+  std::vector<std::pair<Value, std::size_t>> keyed;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    Value k =
+        attribute && !attribute->is_none() ? attr_path(I, items[i], *attribute, nullptr) : items[i];
+    keyed.emplace_back(sort_key(k, cs), i);
+  }
+  try {
+    if (name == "unique") return unique_items(items, keyed);
+    if (name == "max" || name == "min") {
+      if (keyed.empty()) return Value::undefined("No aggregated item, sequence was empty.");
+      std::size_t best = 0;
+      for (std::size_t i = 1; i < keyed.size(); ++i) {
+        bool better = name == "max" ? less_than(keyed[best].first, keyed[i].first)
+                                    : less_than(keyed[i].first, keyed[best].first);
+        if (better) best = i;
+      }
+      return items[keyed[best].second];
+    }
+    std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+      return reverse ? less_than(y.first, x.first) : less_than(x.first, y.first);
+    });
+  } catch (const std::invalid_argument& e) {
+    I.fail(e.what());
+  }
+  List out;
+  for (auto& [k, i] : keyed) out.push_back(items[i]);
+  return Value::list(std::move(out));
+}
+
+Value filter_dictsort(Interpreter& I, const std::string&, Value v, Args& a) {
+  if (!v.is_mapping()) I.fail("dictsort: expected a mapping, got " + v.type_name());
+  bool cs = arg_bool(arg(a, 0, "case_sensitive"), false);
+  const Value* by = arg(a, 1, "by");
+  bool reverse = arg_bool(arg(a, 2, "reverse"), false);
+  bool by_value = by && by->is_string() && by->str() == "value";
+  List pairs;
+  for (const auto& [k, x] : v.dict_ref().entries) pairs.push_back(Value::tuple({k, x}));
+  try {
+    std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& x, const Value& y) {
+      Value kx = sort_key(x.items()[by_value ? 1 : 0], cs),
+            ky = sort_key(y.items()[by_value ? 1 : 0], cs);
+      return reverse ? less_than(ky, kx) : less_than(kx, ky);
+    });
+  } catch (const std::invalid_argument& e) {
+    I.fail(e.what());
+  }
+  return Value::list(std::move(pairs));
+}
+
+Value filter_sum(Interpreter& I, const std::string&, Value v, Args& a) {
+  const Value* attribute = arg(a, 0, "attribute");
+  const Value* start = arg(a, 1, "start");
+  Value acc = start ? *start : Value(std::int64_t{0});
+  for (auto& x : I.iterate(v))
+    acc = I.eval_binary("+", acc, attribute ? attr_path(I, x, *attribute, nullptr) : x);
+  return acc;
+}
+
+// Filter name -> implementation (has_filter's kFilters lists the same names).
+const std::unordered_map<std::string_view, FilterFn>& filter_table() {
+  static const std::unordered_map<std::string_view, FilterFn> table = {
+      {"safe", filter_safe},
+      {"string", filter_string},
+      {"trim", filter_trim},
+      {"upper", filter_upper},
+      {"lower", filter_lower},
+      {"capitalize", filter_capitalize},
+      {"title", filter_title},
+      {"e", filter_escape},
+      {"escape", filter_escape},
+      {"forceescape", filter_escape},
+      {"length", filter_length},
+      {"count", filter_length},
+      {"default", filter_default},
+      {"d", filter_default},
+      {"join", filter_join},
+      {"tojson", filter_tojson},
+      {"items", filter_items},
+      {"list", filter_list},
+      {"first", filter_first},
+      {"last", filter_last},
+      {"reverse", filter_reverse},
+      {"int", filter_int},
+      {"float", filter_float},
+      {"abs", filter_abs},
+      {"round", filter_round},
+      {"replace", filter_replace},
+      {"indent", filter_indent},
+      {"center", filter_center},
+      {"wordcount", filter_wordcount},
+      {"format", filter_format},
+      {"attr", filter_attr},
+      {"map", filter_map},
+      {"select", filter_select},
+      {"reject", filter_select},
+      {"selectattr", filter_select},
+      {"rejectattr", filter_select},
+      {"sort", filter_sort},
+      {"unique", filter_sort},
+      {"max", filter_sort},
+      {"min", filter_sort},
+      {"dictsort", filter_dictsort},
+      {"sum", filter_sum},
+  };
+  return table;
+}
+
 }  // namespace
 
 bool Interpreter::has_filter(const std::string& name) { return in_list(kFilters, name); }
 bool Interpreter::has_test(const std::string& name) { return in_list(kTests, name); }
 
 Value Interpreter::apply_filter(const std::string& name, Value v, Args& a) {
-  const Value* a0 = a.pos.size() > 0 ? &a.pos[0] : nullptr;
-  (void)a0;
-  auto need_str = [&]() { return v.to_str(); };
-
-  if (name == "safe") return v;
-  if (name == "string") return Value(v.to_str());
-  if (name == "trim") {
-    const Value* chars = arg(a, 0, "chars");
-    return Value(py_strip(need_str(), chars, true, true));
-  }
-  if (name == "upper") return Value(py_upper(need_str()));
-  if (name == "lower") return Value(py_lower(need_str()));
-  if (name == "capitalize") return Value(py_capitalize(need_str()));
-  if (name == "title") return Value(jinja_title(need_str()));
-  if (name == "e" || name == "escape" || name == "forceescape") return Value(html_escape(need_str()));
-  if (name == "length" || name == "count") {
-    switch (v.kind()) {
-      case Value::Kind::String: return Value(py_len(v.str()));
-      case Value::Kind::List:
-      case Value::Kind::Tuple: return Value(static_cast<std::int64_t>(v.items().size()));
-      case Value::Kind::Dict: return Value(static_cast<std::int64_t>(v.dict_ref().entries.size()));
-      case Value::Kind::Undefined: return Value(std::int64_t{0});
-      default: fail("object of type '" + v.type_name() + "' has no len()");
-    }
-  }
-  if (name == "default" || name == "d") {
-    const Value* def = arg(a, 0, "default_value");
-    bool boolean = arg_bool(arg(a, 1, "boolean"), false);
-    if (v.is_undefined() || (boolean && !v.truthy())) return def ? *def : Value("");
-    return v;
-  }
-  if (name == "join") {
-    const Value* sep = arg(a, 0, "d");
-    const Value* attribute = arg(a, 1, "attribute");
-    std::string d = sep ? sep->to_str() : "";
-    std::string r;
-    bool first = true;
-    for (auto& x : iterate(v)) {
-      if (!first) r += d;
-      first = false;
-      r += (attribute ? attr_path(*this, x, *attribute, nullptr) : x).to_str();
-      check_size(r.size());
-    }
-    produced(r.size());
-    return Value(std::move(r));
-  }
-  if (name == "tojson") {
-    JsonOptions o;
-    o.ensure_ascii = arg_bool(arg(a, 0, "ensure_ascii"), false);
-    const Value* indent = arg(a, 1, "indent");
-    const Value* seps = arg(a, 2, "separators");
-    o.sort_keys = arg_bool(arg(a, 3, "sort_keys"), false);
-    if (indent && !indent->is_none()) {
-      if (indent->is_string()) o.indent = indent->str();
-      else if (indent->is_int() || indent->is_bool()) o.indent = std::string(static_cast<std::size_t>(std::clamp<std::int64_t>(indent->as_int(), 0, 1024)), ' ');
-      else fail("tojson: indent must be an integer or a string");
-      o.item_separator = ",";
-    }
-    if (seps && !seps->is_none()) {
-      if (!seps->is_sequence_like() || seps->items().size() != 2 || !seps->items()[0].is_string() || !seps->items()[1].is_string())
-        fail("tojson: separators must be a pair of strings");
-      o.item_separator = seps->items()[0].str();
-      o.key_separator = seps->items()[1].str();
-    }
-    try {
-      return Value(to_json(v, o));
-    } catch (const std::invalid_argument& e) {
-      fail(e.what());
-    }
-  }
-  if (name == "items") {
-    if (v.is_undefined()) return Value::list();
-    if (!v.is_mapping()) fail("Can only get item pairs from a mapping.");
-    List r;
-    for (const auto& [k, x] : v.dict_ref().entries) r.push_back(Value::tuple({k, x}));
-    return Value::list(std::move(r));
-  }
-  if (name == "list") return Value::list(iterate(v));
-  if (name == "first") {
-    if (v.is_undefined()) return Value::undefined("No first item, sequence was empty.");
-    List items = iterate(v);
-    if (items.empty()) return Value::undefined("No first item, sequence was empty.");
-    return items.front();
-  }
-  if (name == "last") {
-    if (v.is_undefined()) return Value::undefined("No last item, sequence was empty.");
-    List items = iterate(v);
-    if (items.empty()) return Value::undefined("No last item, sequence was empty.");
-    return items.back();
-  }
-  if (name == "reverse") {
-    if (v.is_string()) {
-      std::u32string u = utf8_decode(v.str());
-      std::reverse(u.begin(), u.end());
-      return Value(utf8_encode(u));
-    }
-    List items = iterate(v);
-    std::reverse(items.begin(), items.end());
-    return Value::list(std::move(items));
-  }
-  if (name == "int") {
-    const Value* def = arg(a, 0, "default");
-    return to_int(v, def ? *def : Value(std::int64_t{0}));
-  }
-  if (name == "float") {
-    const Value* def = arg(a, 0, "default");
-    return to_float(v, def ? *def : Value(0.0));
-  }
-  if (name == "abs") {
-    if (v.is_undefined()) fail_undefined(*this, v);
-    if (v.is_float()) return Value(std::fabs(v.as_float()));
-    if (v.is_number()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
-    fail("bad operand type for abs(): '" + v.type_name() + "'");
-  }
-  if (name == "round") {
-    const Value* pv = arg(a, 0, "precision");
-    const Value* mv = arg(a, 1, "method");
-    std::int64_t p = pv ? pv->as_int() : 0;
-    std::string method = mv ? mv->to_str() : "common";
-    if (v.is_undefined()) fail_undefined(*this, v);
-    if (!v.is_number()) fail("type " + v.type_name() + " doesn't define __round__ method");
-    if (method != "common" && method != "ceil" && method != "floor") fail("method must be common, ceil or floor");
-    if (method == "common") {
-      if (!v.is_float()) {
-        if (p >= 0) return Value(v.as_int());
-      }
-      p = std::clamp<std::int64_t>(p, -300, 300);
-      char buf[512];
-      if (p >= 0) {
-        std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(std::min<std::int64_t>(p, 100)), v.as_float());
-        return Value(std::strtod(buf, nullptr));
-      }
-      double scale = std::pow(10.0, static_cast<double>(-p));
-      return Value(std::nearbyint(v.as_float() / scale) * scale);
-    }
-    double scale = std::pow(10.0, static_cast<double>(p));
-    double x = v.as_float() * scale;
-    return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
-  }
-  if (name == "replace") {
-    const Value* o = arg(a, 0, "old");
-    const Value* n = arg(a, 1, "new");
-    const Value* c = arg(a, 2, "count");
-    if (!o || !n) fail("replace filter needs old and new");
-    std::string r = py_replace(v.to_str(), o->to_str(), n->to_str(), (c && !c->is_none()) ? c->as_int() : -1);
-    produced(r.size());
-    return Value(std::move(r));
-  }
-  if (name == "indent") {
-    const Value* wv = arg(a, 0, "width");
-    bool first = arg_bool(arg(a, 1, "first"), false);
-    bool blank = arg_bool(arg(a, 2, "blank"), false);
-    std::string ind = "    ";
-    if (wv) ind = wv->is_string() ? wv->str() : std::string(static_cast<std::size_t>(std::clamp<std::int64_t>(wv->as_int(), 0, 1024)), ' ');
-    std::string s = v.to_str() + "\n";
-    Args no_args;
-    Value lines = call_str_method(*this, s, "splitlines", no_args);
-    std::string rv;
-    const List& ls = lines.items();
-    if (blank) {
-      for (std::size_t i = 0; i < ls.size(); ++i) {
-        if (i) rv += "\n" + ind;
-        rv += ls[i].str();
-      }
-    } else if (!ls.empty()) {
-      rv = ls[0].str();
-      for (std::size_t i = 1; i < ls.size(); ++i) {
-        rv += "\n";
-        if (!ls[i].str().empty()) rv += ind;
-        rv += ls[i].str();
-      }
-    }
-    if (first) rv = ind + rv;
-    produced(rv.size());
-    return Value(std::move(rv));
-  }
-  if (name == "center") {
-    const Value* w = arg(a, 0, "width");
-    Args ca;
-    ca.pos.push_back(w ? *w : Value(std::int64_t{80}));
-    return call_str_method(*this, v.to_str(), "center", ca);
-  }
-  if (name == "wordcount") {
-    std::int64_t n = 0;
-    bool in_word = false;
-    for (char32_t c : utf8_decode(v.to_str())) {
-      bool w = is_alpha_cp(c) || utf8proc_category(static_cast<utf8proc_int32_t>(c)) == UTF8PROC_CATEGORY_ND || c == '_';
-      if (w && !in_word) ++n;
-      in_word = w;
-    }
-    return Value(n);
-  }
-  if (name == "format") {
-    if (!a.kw.empty() && !a.pos.empty()) fail("can't handle positional and keyword arguments at the same time");
-    if (!a.kw.empty()) {
-      Value d = Value::dict();
-      for (const auto& [k, x] : a.kw) d.dict_ref().set(Value(k), x);
-      return Value(percent_format(*this, v.to_str(), d));
-    }
-    return Value(percent_format(*this, v.to_str(), Value::tuple(a.pos)));
-  }
-  if (name == "attr") {
-    // Python getattr only: dict keys are not attributes.
-    const Value* n = arg(a, 0, "name");
-    if (!n || !n->is_string()) fail("attr filter needs a name");
-    if (v.is_undefined()) fail_undefined(*this, v);
-    if (v.is_dict() && !in_list(kDictMethods, n->str())) return Value::undefined("'dict object' has no attribute '" + n->str() + "'");
-    return getattr(v, n->str());
-  }
-  if (name == "map") {
-    List out;
-    List items = iterate(v);
-    if (a.pos.empty()) {
-      const Value* attribute = arg(a, SIZE_MAX, "attribute");
-      if (!attribute) fail("map requires a filter name or attribute=");
-      const Value* def = arg(a, SIZE_MAX, "default");
-      for (auto& x : items) out.push_back(attr_path(*this, x, *attribute, def));
-      return Value::list(std::move(out));
-    }
-    if (!a.pos[0].is_string()) fail("map: filter name must be a string");
-    std::string fname = a.pos[0].str();
-    if (!has_filter(fname)) fail("No filter named '" + fname + "'.");
-    for (auto& x : items) {
-      Args fa;
-      fa.pos.assign(a.pos.begin() + 1, a.pos.end());
-      fa.kw = a.kw;
-      out.push_back(apply_filter(fname, x, fa));
-    }
-    return Value::list(std::move(out));
-  }
-  if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
-    bool by_attr = name == "selectattr" || name == "rejectattr";
-    bool want = name == "select" || name == "selectattr";
-    std::size_t ti = 0;
-    Value attribute;
-    if (by_attr) {
-      if (a.pos.empty()) fail(name + " requires an attribute name");
-      attribute = a.pos[0];
-      ti = 1;
-    }
-    std::string test;
-    Args ta;
-    if (a.pos.size() > ti) {
-      if (!a.pos[ti].is_string()) fail(name + ": test name must be a string");
-      test = a.pos[ti].str();
-      if (!has_test(test)) fail("No test named '" + test + "'.");
-      ta.pos.assign(a.pos.begin() + static_cast<std::ptrdiff_t>(ti) + 1, a.pos.end());
-      ta.kw = a.kw;
-    }
-    List out;
-    for (auto& x : iterate(v)) {
-      Value subject = by_attr ? attr_path(*this, x, attribute, nullptr) : x;
-      bool ok = test.empty() ? subject.truthy() : apply_test(test, subject, ta);
-      if (ok == want) out.push_back(x);
-    }
-    return Value::list(std::move(out));
-  }
-  if (name == "sort" || name == "unique" || name == "max" || name == "min") {
-    bool reverse = name == "sort" && arg_bool(arg(a, 0, "reverse"), false);
-    bool cs = arg_bool(arg(a, name == "sort" ? 1 : 0, "case_sensitive"), false);
-    const Value* attribute = arg(a, name == "sort" ? 2 : 1, "attribute");
-    List items = iterate(v);
-    std::vector<std::pair<Value, std::size_t>> keyed;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      Value k = attribute && !attribute->is_none() ? attr_path(*this, items[i], *attribute, nullptr) : items[i];
-      keyed.emplace_back(sort_key(k, cs), i);
-    }
-    try {
-      if (name == "unique") {
-        List out;
-        List seen;
-        for (auto& [k, i] : keyed) {
-          bool dup = false;
-          for (const auto& s : seen) dup = dup || equals(s, k);
-          if (!dup) {
-            seen.push_back(k);
-            out.push_back(items[i]);
-          }
-        }
-        return Value::list(std::move(out));
-      }
-      if (name == "max" || name == "min") {
-        if (keyed.empty()) return Value::undefined("No aggregated item, sequence was empty.");
-        std::size_t best = 0;
-        for (std::size_t i = 1; i < keyed.size(); ++i) {
-          bool better = name == "max" ? less_than(keyed[best].first, keyed[i].first) : less_than(keyed[i].first, keyed[best].first);
-          if (better) best = i;
-        }
-        return items[keyed[best].second];
-      }
-      std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
-        return reverse ? less_than(y.first, x.first) : less_than(x.first, y.first);
-      });
-    } catch (const std::invalid_argument& e) {
-      fail(e.what());
-    }
-    List out;
-    for (auto& [k, i] : keyed) out.push_back(items[i]);
-    return Value::list(std::move(out));
-  }
-  if (name == "dictsort") {
-    if (!v.is_mapping()) fail("dictsort: expected a mapping, got " + v.type_name());
-    bool cs = arg_bool(arg(a, 0, "case_sensitive"), false);
-    const Value* by = arg(a, 1, "by");
-    bool reverse = arg_bool(arg(a, 2, "reverse"), false);
-    bool by_value = by && by->is_string() && by->str() == "value";
-    List pairs;
-    for (const auto& [k, x] : v.dict_ref().entries) pairs.push_back(Value::tuple({k, x}));
-    try {
-      std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& x, const Value& y) {
-        Value kx = sort_key(x.items()[by_value ? 1 : 0], cs), ky = sort_key(y.items()[by_value ? 1 : 0], cs);
-        return reverse ? less_than(ky, kx) : less_than(kx, ky);
-      });
-    } catch (const std::invalid_argument& e) {
-      fail(e.what());
-    }
-    return Value::list(std::move(pairs));
-  }
-  if (name == "sum") {
-    const Value* attribute = arg(a, 0, "attribute");
-    const Value* start = arg(a, 1, "start");
-    Value acc = start ? *start : Value(std::int64_t{0});
-    for (auto& x : iterate(v)) acc = eval_binary("+", acc, attribute ? attr_path(*this, x, *attribute, nullptr) : x);
-    return acc;
-  }
-  fail("No filter named '" + name + "'.");
+  const auto& table = filter_table();
+  auto it = table.find(name);
+  if (it == table.end()) fail("No filter named '" + name + "'.");
+  return it->second(*this, name, std::move(v), a);
 }
 
 // ===================================================================== tests

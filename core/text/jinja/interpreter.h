@@ -37,6 +37,7 @@ class Interpreter {
   Value call(const Value& fn, Args& args);
   Value apply_filter(const std::string& name, Value input, Args& args);
   bool apply_test(const std::string& name, const Value& v, Args& args);
+  Value eval_binary(const std::string& op, const Value& a, const Value& b);
   Value getattr(const Value& obj, const std::string& name);
   Value getitem(const Value& obj, const Value& key);
   List iterate(const Value& v);
@@ -61,7 +62,6 @@ class Interpreter {
   Value make_macro(const Node& n, const ScopePtr& scope);
   Value eval(const Expr& e, const ScopePtr& scope);
   Value eval_expr(const Expr& e, const ScopePtr& scope);
-  Value eval_binary(const std::string& op, const Value& a, const Value& b);
   bool compare(const std::string& op, const Value& a, const Value& b);
   bool contains(const Value& container, const Value& item);
   Value method(const Value& obj, const std::string& name);
