@@ -571,34 +571,9 @@ Interpreter::Flow Interpreter::exec_node(const Node& n, const ScopePtr& scope, s
     case Node::K::Macro:
       scope->vars[n.name] = make_macro(n, scope);
       return Flow::Normal;
-    case Node::K::CallBlock: {
-      // caller() renders the block body in the current scope.
-      std::weak_ptr<Scope> weak = scope;
-      const Node* node = &n;
-      Value caller = Value::function("caller", [this, weak, node](Interpreter& I, Args& a) -> Value {
-        auto parent = weak.lock();
-        if (!parent) I.fail("caller() used outside of its call block");
-        auto s = std::make_shared<Scope>();
-        s->parent = parent;
-        for (std::size_t i = 0; i < node->params.size(); ++i) {
-          const auto& [pname, def] = node->params[i];
-          const Value* v = arg(a, i, pname.c_str());
-          s->vars[pname] = v ? *v : (def ? eval(*def, s) : Value::undefined("'" + pname + "' is undefined"));
-        }
-        std::string buf;
-        exec(node->body, s, buf);
-        return Value(std::move(buf));
-      });
-      const Expr& call_expr = *n.expr;
-      Value fn = eval(*call_expr.children[0], scope);
-      Args args;
-      for (std::size_t i = 1; i < call_expr.children.size(); ++i) args.pos.push_back(eval(*call_expr.children[i], scope));
-      for (const auto& [k, e] : call_expr.kwargs) args.kw.emplace_back(k, eval(*e, scope));
-      args.kw.emplace_back("caller", caller);
-      line_ = n.line;
-      emit(out, call(fn, args).to_str());
+    case Node::K::CallBlock:
+      exec_call_block(n, scope, out);
       return Flow::Normal;
-    }
     case Node::K::With: {
       auto inner = std::make_shared<Scope>();
       inner->parent = scope;
@@ -613,6 +588,35 @@ Interpreter::Flow Interpreter::exec_node(const Node& n, const ScopePtr& scope, s
       return Flow::Continue;
   }
   return Flow::Normal;
+}
+
+// {% call fn(args) %}body{% endcall %}: calls fn with a `caller` keyword, a
+// function that renders the body.
+void Interpreter::exec_call_block(const Node& n, const ScopePtr& scope, std::string& out) {
+  // caller() renders the block body in the current scope.
+  std::weak_ptr<Scope> weak = scope;
+  const Node* node = &n;
+  Value caller = Value::function("caller", [this, weak, node](Interpreter& I, Args& a) -> Value {
+    auto parent = weak.lock();
+    if (!parent) I.fail("caller() used outside of its call block");
+    auto s = std::make_shared<Scope>();
+    s->parent = parent;
+    for (std::size_t i = 0; i < node->params.size(); ++i) {
+      const auto& [pname, def] = node->params[i];
+      const Value* v = arg(a, i, pname.c_str());
+      s->vars[pname] =
+          v ? *v : (def ? eval(*def, s) : Value::undefined("'" + pname + "' is undefined"));
+    }
+    std::string buf;
+    exec(node->body, s, buf);
+    return Value(std::move(buf));
+  });
+  const Expr& call_expr = *n.expr;
+  Value fn = eval(*call_expr.children[0], scope);
+  Args args = eval_args(call_expr, scope);
+  args.kw.emplace_back("caller", caller);
+  line_ = n.line;
+  emit(out, call(fn, args).to_str());
 }
 
 // ===================================================================== statements
@@ -797,77 +801,26 @@ Value Interpreter::eval_expr(const Expr& e, const ScopePtr& scope) {
       if (v.is_undefined()) fail_undefined(*this, v);
       return getitem(v, k);
     }
-    case Expr::K::Slice: {
-      Value v = eval(*e.children[0], scope);
-      Value parts[3];
-      for (int i = 0; i < 3; ++i)
-        parts[i] = e.children[i + 1] ? eval(*e.children[i + 1], scope) : Value::none();
-      line_ = e.line;
-      if (v.is_undefined()) fail_undefined(*this, v);
-      for (const auto& p : parts)
-        if (!p.is_none() && !(p.is_int() || p.is_bool())) fail("slice indices must be integers or None");
-      try {
-        if (v.is_string()) {
-          std::u32string u = utf8_decode(v.str());
-          std::u32string r;
-          for (auto i : slice_indices(static_cast<std::int64_t>(u.size()), parts[0], parts[1], parts[2])) r += u[i];
-          return Value(utf8_encode(r));
-        }
-        if (v.is_sequence_like()) {
-          const List& l = v.items();
-          List r;
-          for (auto i : slice_indices(static_cast<std::int64_t>(l.size()), parts[0], parts[1], parts[2])) r.push_back(l[i]);
-          return v.is_tuple() ? Value::tuple(std::move(r)) : Value::list(std::move(r));
-        }
-      } catch (const std::invalid_argument& ex) {
-        fail(ex.what());
-      }
-      return Value::undefined("'" + v.type_name() + " object' is not subscriptable");
-    }
-    case Expr::K::Call: {
-      const Expr& callee = *e.children[0];
-      Value fn;
-      if (callee.k == Expr::K::Attr) {
-        Value obj = eval(*callee.children[0], scope);
-        line_ = e.line;
-        if (obj.is_undefined()) fail_undefined(*this, obj);
-        fn = getattr(obj, callee.name);
-      } else {
-        fn = eval(callee, scope);
-      }
-      Args args;
-      for (std::size_t i = 1; i < e.children.size(); ++i) args.pos.push_back(eval(*e.children[i], scope));
-      for (const auto& [k, x] : e.kwargs) args.kw.emplace_back(k, eval(*x, scope));
-      line_ = e.line;
-      return call(fn, args);
-    }
+    case Expr::K::Slice:
+      return eval_slice(e, scope);
+    case Expr::K::Call:
+      return eval_call(e, scope);
     case Expr::K::Filter: {
       Value input;
       if (e.children[0]) input = eval(*e.children[0], scope);
       else if (block_input_) input = *block_input_;
-      Args args;
-      for (std::size_t i = 1; i < e.children.size(); ++i) args.pos.push_back(eval(*e.children[i], scope));
-      for (const auto& [k, x] : e.kwargs) args.kw.emplace_back(k, eval(*x, scope));
+      Args args = eval_args(e, scope);
       line_ = e.line;
       return apply_filter(e.name, std::move(input), args);
     }
     case Expr::K::Test: {
       Value input = eval(*e.children[0], scope);
-      Args args;
-      for (std::size_t i = 1; i < e.children.size(); ++i) args.pos.push_back(eval(*e.children[i], scope));
-      for (const auto& [k, x] : e.kwargs) args.kw.emplace_back(k, eval(*x, scope));
+      Args args = eval_args(e, scope);
       line_ = e.line;
       return Value(apply_test(e.name, input, args) != e.negated);
     }
-    case Expr::K::Unary: {
-      Value v = eval(*e.children[0], scope);
-      line_ = e.line;
-      if (e.op == "not") return Value(!v.truthy());
-      if (v.is_undefined()) fail_undefined(*this, v);
-      if (!v.is_number()) fail("bad operand type for unary " + e.op + ": '" + v.type_name() + "'");
-      if (e.op == "+") return v.is_float() ? Value(v.as_float()) : Value(v.as_int());
-      return v.is_float() ? Value(-v.as_float()) : Value(-v.as_int());
-    }
+    case Expr::K::Unary:
+      return eval_unary(e, scope);
     case Expr::K::Binary: {
       Value a = eval(*e.children[0], scope);
       Value b = eval(*e.children[1], scope);
@@ -901,6 +854,130 @@ Value Interpreter::eval_expr(const Expr& e, const ScopePtr& scope) {
     }
   }
   return Value();
+}
+
+// not x, +x, -x.
+Value Interpreter::eval_unary(const Expr& e, const ScopePtr& scope) {
+  Value v = eval(*e.children[0], scope);
+  line_ = e.line;
+  if (e.op == "not") return Value(!v.truthy());
+  if (v.is_undefined()) fail_undefined(*this, v);
+  if (!v.is_number()) fail("bad operand type for unary " + e.op + ": '" + v.type_name() + "'");
+  if (e.op == "+") return v.is_float() ? Value(v.as_float()) : Value(v.as_int());
+  return v.is_float() ? Value(-v.as_float()) : Value(-v.as_int());
+}
+
+// The arguments of a call, filter or test: children 1.. then the keywords.
+Args Interpreter::eval_args(const Expr& e, const ScopePtr& scope) {
+  Args args;
+  for (std::size_t i = 1; i < e.children.size(); ++i)
+    args.pos.push_back(eval(*e.children[i], scope));
+  for (const auto& [k, x] : e.kwargs) args.kw.emplace_back(k, eval(*x, scope));
+  return args;
+}
+
+// obj.method(...) looks the method up on the evaluated object; any other
+// callee is an expression.
+Value Interpreter::eval_call(const Expr& e, const ScopePtr& scope) {
+  const Expr& callee = *e.children[0];
+  Value fn;
+  if (callee.k == Expr::K::Attr) {
+    Value obj = eval(*callee.children[0], scope);
+    line_ = e.line;
+    if (obj.is_undefined()) fail_undefined(*this, obj);
+    fn = getattr(obj, callee.name);
+  } else {
+    fn = eval(callee, scope);
+  }
+  Args args = eval_args(e, scope);
+  line_ = e.line;
+  return call(fn, args);
+}
+
+// v[start:stop:step] on a string (by code point), list or tuple.
+Value Interpreter::eval_slice(const Expr& e, const ScopePtr& scope) {
+  Value v = eval(*e.children[0], scope);
+  Value parts[3];
+  for (int i = 0; i < 3; ++i)
+    parts[i] = e.children[i + 1] ? eval(*e.children[i + 1], scope) : Value::none();
+  line_ = e.line;
+  if (v.is_undefined()) fail_undefined(*this, v);
+  for (const auto& p : parts)
+    if (!p.is_none() && !(p.is_int() || p.is_bool()))
+      fail("slice indices must be integers or None");
+  try {
+    if (v.is_string()) {
+      std::u32string u = utf8_decode(v.str());
+      std::u32string r;
+      for (auto i :
+           slice_indices(static_cast<std::int64_t>(u.size()), parts[0], parts[1], parts[2]))
+        r += u[i];
+      return Value(utf8_encode(r));
+    }
+    if (v.is_sequence_like()) {
+      const List& l = v.items();
+      List r;
+      for (auto i :
+           slice_indices(static_cast<std::int64_t>(l.size()), parts[0], parts[1], parts[2]))
+        r.push_back(l[i]);
+      return v.is_tuple() ? Value::tuple(std::move(r)) : Value::list(std::move(r));
+    }
+  } catch (const std::invalid_argument& ex) {
+    fail(ex.what());
+  }
+  return Value::undefined("'" + v.type_name() + " object' is not subscriptable");
+}
+
+// a * b where one is a string, list or tuple and the other an int: the
+// sequence repeated (empty if the count is <= 0).
+Value Interpreter::multiply_sequence(const std::string& op, const Value& a, const Value& b) {
+  const Value* seq = nullptr;
+  const Value* cnt = nullptr;
+  if ((a.is_string() || a.is_sequence_like()) && (b.is_int() || b.is_bool())) {
+    seq = &a;
+    cnt = &b;
+  } else if ((b.is_string() || b.is_sequence_like()) && (a.is_int() || a.is_bool())) {
+    seq = &b;
+    cnt = &a;
+  }
+  if (!seq) {
+    if (a.is_string() || b.is_string())
+      fail("can't multiply sequence by non-int of type '" + (a.is_string() ? b : a).type_name() +
+           "'");
+    fail("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" +
+         b.type_name() + "'");
+  }
+  return repeat(*seq, *cnt);
+}
+
+// seq * n: a string, list or tuple repeated n times (none if n <= 0).
+Value Interpreter::repeat(const Value& seq, const Value& cnt) {
+  std::int64_t n = std::max<std::int64_t>(0, cnt.as_int());
+  // Size checked before building: n * size may not even fit in size_t.
+  const std::size_t unit = seq.is_string() ? seq.str().size() : copy_bytes(seq.items());
+  if (n > 0 && unit > 0 && static_cast<std::size_t>(n) > limits_.max_output_bytes / unit)
+    check_size(limits_.max_output_bytes + 1);
+  produced(static_cast<std::size_t>(n) * unit);
+  if (seq.is_string()) {
+    std::string r;
+    for (std::int64_t i = 0; i < n; ++i) r += seq.str();
+    return Value(std::move(r));
+  }
+  List r;
+  for (std::int64_t i = 0; i < n; ++i) r.insert(r.end(), seq.items().begin(), seq.items().end());
+  return seq.is_tuple() ? Value::tuple(std::move(r)) : Value::list(std::move(r));
+}
+
+// base ** ex for ex >= 0 by squaring, into r; false on overflow.
+static bool int_pow(std::int64_t base, std::int64_t ex, std::int64_t& r) {
+  r = 1;
+  bool overflow = false;
+  while (ex > 0 && !overflow) {
+    if (ex & 1) overflow |= __builtin_mul_overflow(r, base, &r);
+    ex >>= 1;
+    if (ex > 0) overflow |= __builtin_mul_overflow(base, base, &base);
+  }
+  return !overflow;
 }
 
 Value Interpreter::eval_binary(const std::string& op, const Value& a, const Value& b) {
@@ -953,33 +1030,7 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
       return Value(r);
     }
     if (nums) return Value(a.as_float() * b.as_float());
-    const Value* seq = nullptr;
-    const Value* cnt = nullptr;
-    if ((a.is_string() || a.is_sequence_like()) && (b.is_int() || b.is_bool())) {
-      seq = &a;
-      cnt = &b;
-    } else if ((b.is_string() || b.is_sequence_like()) && (a.is_int() || a.is_bool())) {
-      seq = &b;
-      cnt = &a;
-    }
-    if (!seq) {
-      if (a.is_string() || b.is_string()) fail("can't multiply sequence by non-int of type '" + (a.is_string() ? b : a).type_name() + "'");
-      type_err();
-    }
-    std::int64_t n = std::max<std::int64_t>(0, cnt->as_int());
-    // Size checked before building: n * size may not even fit in size_t.
-    const std::size_t unit = seq->is_string() ? seq->str().size() : copy_bytes(seq->items());
-    if (n > 0 && unit > 0 && static_cast<std::size_t>(n) > limits_.max_output_bytes / unit)
-      check_size(limits_.max_output_bytes + 1);
-    produced(static_cast<std::size_t>(n) * unit);
-    if (seq->is_string()) {
-      std::string r;
-      for (std::int64_t i = 0; i < n; ++i) r += seq->str();
-      return Value(std::move(r));
-    }
-    List r;
-    for (std::int64_t i = 0; i < n; ++i) r.insert(r.end(), seq->items().begin(), seq->items().end());
-    return seq->is_tuple() ? Value::tuple(std::move(r)) : Value::list(std::move(r));
+    return multiply_sequence(op, a, b);
   }
   if (op == "/") {
     if (!nums) type_err();
@@ -1010,14 +1061,8 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
   if (op == "**") {
     if (!nums) type_err();
     if (ints && b.as_int() >= 0) {
-      std::int64_t base = a.as_int(), ex = b.as_int(), r = 1;
-      bool overflow = false;
-      while (ex > 0 && !overflow) {
-        if (ex & 1) overflow |= __builtin_mul_overflow(r, base, &r);
-        ex >>= 1;
-        if (ex > 0) overflow |= __builtin_mul_overflow(base, base, &base);
-      }
-      if (!overflow) return Value(r);
+      std::int64_t r;
+      if (int_pow(a.as_int(), b.as_int(), r)) return Value(r);
       return Value(std::pow(a.as_float(), b.as_float()));
     }
     if (a.as_float() == 0.0 && b.as_float() < 0) fail("0.0 cannot be raised to a negative power");
@@ -1176,6 +1221,90 @@ std::int64_t cp_index(const std::string& s, std::size_t byte_pos) {
   return py_len(s.substr(0, byte_pos));
 }
 
+// str.isdigit() and the other is*() predicates (`name`).
+Value str_predicate(const std::string& s, const std::string& name) {
+  std::u32string u = utf8_decode(s);
+  if (u.empty()) return Value(false);
+  bool cased = false;
+  for (char32_t c : u) {
+    auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+    bool digit = cat == UTF8PROC_CATEGORY_ND;
+    bool alpha = is_alpha_cp(c);
+    if (name == "isdigit" && !digit) return Value(false);
+    if (name == "isalpha" && !alpha) return Value(false);
+    if (name == "isalnum" && !alpha && !digit) return Value(false);
+    if (name == "isspace" && !py_isspace(c)) return Value(false);
+    if (name == "islower") {
+      if (cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LT) return Value(false);
+      if (cat == UTF8PROC_CATEGORY_LL) cased = true;
+    }
+    if (name == "isupper") {
+      if (cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT) return Value(false);
+      if (cat == UTF8PROC_CATEGORY_LU) cased = true;
+    }
+  }
+  if (name == "islower" || name == "isupper") return Value(cased);
+  return Value(true);
+}
+
+// str.splitlines() without keepends: splits at \n, \r and \r\n.
+Value str_splitlines(const std::string& s) {
+  List out;
+  std::size_t b = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\n' || s[i] == '\r') {
+      out.emplace_back(s.substr(b, i - b));
+      if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
+      b = i + 1;
+    }
+  }
+  if (b < s.size()) out.emplace_back(s.substr(b));
+  return Value::list(std::move(out));
+}
+
+// str.center(), ljust(), rjust() and zfill() (`name`).
+Value str_pad(Interpreter& I, const std::string& s, const std::string& name, Args& a) {
+  const Value* w = arg(a, 0, "width");
+  if (!w || !(w->is_int() || w->is_bool())) I.fail(name + "() needs an integer width");
+  std::int64_t width = w->as_int(), len = py_len(s);
+  if (width > static_cast<std::int64_t>(1 << 24)) I.fail(name + "() width too large");
+  std::string fill = " ";
+  if (name == "zfill") fill = "0";
+  if (const Value* f = arg(a, 1, "fillchar"); f && f->is_string()) fill = f->str();
+  if (len >= width) return Value(s);
+  std::int64_t pad = width - len, left = 0;
+  if (name == "center")
+    left = pad / 2 + ((pad & width & 1) ? 1 : 0);
+  else if (name == "rjust" || name == "zfill")
+    left = pad;
+  std::string r;
+  for (std::int64_t i = 0; i < left; ++i) r += fill;
+  r += s;
+  for (std::int64_t i = 0; i < pad - left; ++i) r += fill;
+  return Value(std::move(r));
+}
+
+// str.startswith() and endswith() (`name`), with a string or a tuple of them.
+Value str_affix(Interpreter& I, const std::string& s, const std::string& name, Args& a) {
+  const Value* p = arg(a, 0, "prefix");
+  if (!p) I.fail(name + "() takes at least 1 argument (0 given)");
+  List cands;
+  if (p->is_sequence_like())
+    cands = p->items();
+  else
+    cands.push_back(*p);
+  for (const auto& c : cands) {
+    if (!c.is_string())
+      I.fail(name + " first arg must be str or a tuple of str, not " + c.type_name());
+    const std::string& x = c.str();
+    if (x.size() > s.size()) continue;
+    if (name == "startswith" ? s.compare(0, x.size(), x) == 0
+                             : s.compare(s.size() - x.size(), x.size(), x) == 0)
+      return Value(true);
+  }
+  return Value(false);
+}
+
 Value call_str_method(Interpreter& I, const std::string& s, const std::string& name, Args& a) {
   auto opt_str = [&](std::size_t pos, const char* kw) -> const Value* {
     const Value* v = arg(a, pos, kw);
@@ -1185,21 +1314,7 @@ Value call_str_method(Interpreter& I, const std::string& s, const std::string& n
   if (name == "strip") return Value(py_strip(s, opt_str(0, "chars"), true, true));
   if (name == "lstrip") return Value(py_strip(s, opt_str(0, "chars"), true, false));
   if (name == "rstrip") return Value(py_strip(s, opt_str(0, "chars"), false, true));
-  if (name == "startswith" || name == "endswith") {
-    const Value* p = arg(a, 0, "prefix");
-    if (!p) I.fail(name + "() takes at least 1 argument (0 given)");
-    List cands;
-    if (p->is_sequence_like()) cands = p->items();
-    else cands.push_back(*p);
-    for (const auto& c : cands) {
-      if (!c.is_string()) I.fail(name + " first arg must be str or a tuple of str, not " + c.type_name());
-      const std::string& x = c.str();
-      if (x.size() > s.size()) continue;
-      if (name == "startswith" ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0)
-        return Value(true);
-    }
-    return Value(false);
-  }
+  if (name == "startswith" || name == "endswith") return str_affix(I, s, name, a);
   if (name == "split" || name == "rsplit") {
     const Value* sep = opt_str(0, "sep");
     const Value* maxs = arg(a, 1, "maxsplit");
@@ -1255,62 +1370,12 @@ Value call_str_method(Interpreter& I, const std::string& s, const std::string& n
     for (std::size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
     return Value(n);
   }
-  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "islower" ||
-      name == "isupper") {
-    std::u32string u = utf8_decode(s);
-    if (u.empty()) return Value(false);
-    bool cased = false;
-    for (char32_t c : u) {
-      auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-      bool digit = cat == UTF8PROC_CATEGORY_ND;
-      bool alpha = is_alpha_cp(c);
-      if (name == "isdigit" && !digit) return Value(false);
-      if (name == "isalpha" && !alpha) return Value(false);
-      if (name == "isalnum" && !alpha && !digit) return Value(false);
-      if (name == "isspace" && !py_isspace(c)) return Value(false);
-      if (name == "islower") {
-        if (cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LT) return Value(false);
-        if (cat == UTF8PROC_CATEGORY_LL) cased = true;
-      }
-      if (name == "isupper") {
-        if (cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT) return Value(false);
-        if (cat == UTF8PROC_CATEGORY_LU) cased = true;
-      }
-    }
-    if (name == "islower" || name == "isupper") return Value(cased);
-    return Value(true);
-  }
-  if (name == "splitlines") {
-    List out;
-    std::size_t b = 0;
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '\n' || s[i] == '\r') {
-        out.emplace_back(s.substr(b, i - b));
-        if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-        b = i + 1;
-      }
-    }
-    if (b < s.size()) out.emplace_back(s.substr(b));
-    return Value::list(std::move(out));
-  }
-  if (name == "center" || name == "ljust" || name == "rjust" || name == "zfill") {
-    const Value* w = arg(a, 0, "width");
-    if (!w || !(w->is_int() || w->is_bool())) I.fail(name + "() needs an integer width");
-    std::int64_t width = w->as_int(), len = py_len(s);
-    if (width > static_cast<std::int64_t>(1 << 24)) I.fail(name + "() width too large");
-    std::string fill = " ";
-    if (name == "zfill") fill = "0";
-    if (const Value* f = arg(a, 1, "fillchar"); f && f->is_string()) fill = f->str();
-    if (len >= width) return Value(s);
-    std::int64_t pad = width - len, left = 0;
-    if (name == "center") left = pad / 2 + ((pad & width & 1) ? 1 : 0);
-    else if (name == "rjust" || name == "zfill") left = pad;
-    std::string r;
-    for (std::int64_t i = 0; i < left; ++i) r += fill;
-    r += s;
-    for (std::int64_t i = 0; i < pad - left; ++i) r += fill;
-    return Value(std::move(r));
-  }
+  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" ||
+      name == "islower" || name == "isupper")
+    return str_predicate(s, name);
+  if (name == "splitlines") return str_splitlines(s);
+  if (name == "center" || name == "ljust" || name == "rjust" || name == "zfill")
+    return str_pad(I, s, name, a);
   if (name == "removeprefix" || name == "removesuffix") {
     std::string x = str_arg(I, arg(a, 0, "prefix"), name.c_str());
     if (name == "removeprefix" && s.compare(0, x.size(), x) == 0 && x.size() <= s.size()) return Value(s.substr(x.size()));

@@ -58,10 +58,17 @@ class Interpreter {
   Flow exec(const Body& body, const ScopePtr& scope, std::string& out);
   Flow exec_node(const Node& n, const ScopePtr& scope, std::string& out);
   void exec_for(const Node& n, const ScopePtr& scope, std::string& out);
+  void exec_call_block(const Node& n, const ScopePtr& scope, std::string& out);
   void assign(const Expr& target, Value v, const ScopePtr& scope);
   Value make_macro(const Node& n, const ScopePtr& scope);
   Value eval(const Expr& e, const ScopePtr& scope);
   Value eval_expr(const Expr& e, const ScopePtr& scope);
+  Args eval_args(const Expr& e, const ScopePtr& scope);
+  Value eval_call(const Expr& e, const ScopePtr& scope);
+  Value eval_slice(const Expr& e, const ScopePtr& scope);
+  Value eval_unary(const Expr& e, const ScopePtr& scope);
+  Value multiply_sequence(const std::string& op, const Value& a, const Value& b);
+  Value repeat(const Value& seq, const Value& cnt);
   bool compare(const std::string& op, const Value& a, const Value& b);
   bool contains(const Value& container, const Value& item);
   Value method(const Value& obj, const std::string& name);
