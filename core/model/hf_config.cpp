@@ -264,23 +264,9 @@ void parse_rope(const Reader& r, const json& rope_scaling, ModelConfig& cfg) {
   }
 }
 
-}  // namespace
-
-const std::vector<std::string_view>& supported_architectures() {
-  static const std::vector<std::string_view> names = [] {
-    std::vector<std::string_view> v;
-    for (const auto& f : kFamilies) v.push_back(f.architecture);
-    return v;
-  }();
-  return names;
-}
-
-ModelConfig parse_model_config(const json& config, const json* generation, const std::string& source) {
-  if (!config.is_object()) throw Error(fmt::format("{}: top level is not a JSON object", source));
-  Reader r(config, source);
-  ModelConfig cfg;
-
-  // Architecture.
+// architectures[0] -> cfg's architecture and family (and model_type).
+void parse_architecture(const Reader& r, ModelConfig& cfg) {
+  const std::string& source = r.source();
   if (!r.has("architectures"))
     throw Error(fmt::format("{}: missing required key 'architectures' (supported: {})", source,
                             fmt::join(supported_architectures(), ", ")));
@@ -300,8 +286,11 @@ ModelConfig parse_model_config(const json& config, const json* generation, const
     throw Error(fmt::format("{}: unsupported architecture '{}' (supported: {})", source, cfg.architecture(),
                             fmt::join(supported_architectures(), ", ")));
   cfg.model_type = r.string_or("model_type", "");
-  const FamilyDefaults d = defaults_for(cfg.family);
+}
 
+// The sizes, head_dim, positions, rms_norm_eps and RoPE of cfg.spec.
+void parse_shape(const Reader& r, const FamilyDefaults& d, ModelConfig& cfg) {
+  const std::string& source = r.source();
   halo_model_spec& s = cfg.spec;
   s.struct_size = sizeof(halo_model_spec);
   s.vocab_size = r.required_positive("vocab_size", kMaxVocab);
@@ -357,7 +346,12 @@ ModelConfig parse_model_config(const json& config, const json* generation, const
   } else if (rope_params) {
     parse_rope(r, *rope_params, cfg);
   }
+}
 
+// Rotary fraction, activation, bias and tying flags, sliding window, dtype.
+void parse_features(const Reader& r, ModelConfig& cfg) {
+  const std::string& source = r.source();
+  halo_model_spec& s = cfg.spec;
   if (r.has("partial_rotary_factor")) {
     double p = r.number(r.at("partial_rotary_factor"), "partial_rotary_factor");
     if (p != 1.0)
@@ -397,8 +391,13 @@ ModelConfig parse_model_config(const json& config, const json* generation, const
   }
 
   cfg.torch_dtype = r.string_or("torch_dtype", r.string_or("dtype", ""));
+}
 
-  // Token ids and generation defaults.
+// bos/eos/pad ids (generation_config.json's eos first, then config.json's)
+// and the generation defaults.
+void parse_token_ids(const Reader& r, const json* generation, ModelConfig& cfg) {
+  const std::string& source = r.source();
+  const halo_model_spec& s = cfg.spec;
   std::vector<int32_t> eos;
   std::optional<int32_t> bos;
   if (r.has("bos_token_id")) bos = r.int32(r.at("bos_token_id"), "bos_token_id");
@@ -433,6 +432,30 @@ ModelConfig parse_model_config(const json& config, const json* generation, const
   }
   if (bos && (*bos < 0 || *bos >= s.vocab_size))
     throw Error(fmt::format("{}: bos_token_id={} outside the vocabulary (vocab_size={})", source, *bos, s.vocab_size));
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& supported_architectures() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> v;
+    for (const auto& f : kFamilies) v.push_back(f.architecture);
+    return v;
+  }();
+  return names;
+}
+
+ModelConfig parse_model_config(const json& config, const json* generation,
+                               const std::string& source) {
+  if (!config.is_object()) throw Error(fmt::format("{}: top level is not a JSON object", source));
+  Reader r(config, source);
+  ModelConfig cfg;
+
+  parse_architecture(r, cfg);
+  const FamilyDefaults d = defaults_for(cfg.family);
+  parse_shape(r, d, cfg);
+  parse_features(r, cfg);
+  parse_token_ids(r, generation, cfg);
   return cfg;
 }
 

@@ -1,17 +1,18 @@
 #include "model/model_loader.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "common/error.h"
 #include "model/safetensors.h"
@@ -143,6 +144,70 @@ const std::byte* tensor_bytes(const SafetensorsFile& file, const TensorInfo& inf
   return p;
 }
 
+// The target device of a compiled model directory (a manifest.json of
+// format halo-compiled-model/...), or nothing for a Hugging Face directory.
+std::optional<std::string> compiled_target(const std::filesystem::path& model_dir) {
+  const std::filesystem::path manifest_path = model_dir / "manifest.json";
+  if (!std::filesystem::exists(manifest_path)) return std::nullopt;
+  std::ifstream in(manifest_path, std::ios::binary);
+  nlohmann::json manifest = nlohmann::json::parse(in, nullptr, false);
+  if (!manifest.is_object() || manifest.value("format", "").rfind("halo-compiled-model/", 0) != 0)
+    return std::nullopt;
+  if (!manifest.contains("target") || !manifest["target"].is_string())
+    throw Error(
+        fmt::format("{}: compiled model manifest has no \"target\"", manifest_path.string()));
+  return manifest["target"].get<std::string>();
+}
+
+// model.safetensors.index.json's weight_map: HF tensor name -> shard file name.
+std::map<std::string, std::string, std::less<>> read_weight_map(
+    const std::filesystem::path& index_path) {
+  std::map<std::string, std::string, std::less<>> weight_map;
+  std::ifstream in(index_path, std::ios::binary);
+  if (!in) throw Error(fmt::format("{}: cannot open file", index_path.string()));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: malformed JSON: {}", index_path.string(), e.what()));
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    throw Error(fmt::format("{}: missing 'weight_map' object", index_path.string()));
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string())
+      throw Error(fmt::format("{}: weight_map['{}']={} is not a file name", index_path.string(),
+                              name, file.dump()));
+    weight_map.emplace(name, file.get<std::string>());
+  }
+  return weight_map;
+}
+
+// The canonical weight `w` as the plugin will see it, over `data`, the bytes
+// of file tensor `info`; adds its size to `bytes`.
+std::unique_ptr<WeightEntry> make_entry(const WeightSource& w, const TensorInfo& info,
+                                        const std::byte* data, uint64_t& bytes) {
+  auto entry = std::make_unique<WeightEntry>();
+  entry->name = w.canonical;
+  entry->shape = w.shape;
+  const size_t item = dtype_size(info.dtype);
+  int64_t row_elems = 1;
+  for (size_t d = 1; d < w.shape.size(); ++d) row_elems *= w.shape[d];
+  int64_t numel = 1;
+  for (int64_t d : w.shape) numel *= d;
+  DLTensor& t = entry->tensor;
+  t.data = const_cast<std::byte*>(data);  // read-only mapping; DLTensor has no const
+  t.device = {kDLCPU, 0};
+  t.ndim = static_cast<int32_t>(entry->shape.size());
+  t.dtype = dl_dtype(info.dtype);
+  t.shape = entry->shape.data();
+  t.strides = nullptr;
+  t.byte_offset = static_cast<uint64_t>(w.row_begin * row_elems) * item;
+  bytes += static_cast<uint64_t>(numel) * item;
+  return entry;
+}
+
 }  // namespace
 
 LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
@@ -151,18 +216,11 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
   const ModelConfig& cfg = impl->config;
 
   // A compiled model directory: the plugin reads its own files.
-  const std::filesystem::path manifest_path = model_dir / "manifest.json";
-  if (std::filesystem::exists(manifest_path)) {
-    std::ifstream in(manifest_path, std::ios::binary);
-    nlohmann::json manifest = nlohmann::json::parse(in, nullptr, false);
-    if (manifest.is_object() && manifest.value("format", "").rfind("halo-compiled-model/", 0) == 0) {
-      if (!manifest.contains("target") || !manifest["target"].is_string())
-        throw Error(fmt::format("{}: compiled model manifest has no \"target\"", manifest_path.string()));
-      impl->config.set_compiled(std::filesystem::absolute(model_dir).lexically_normal().string(),
-                                manifest["target"].get<std::string>());
-      spdlog::debug("{}: compiled model for device '{}'", model_dir.string(), cfg.compiled_target());
-      return LoadedModel(std::move(impl));
-    }
+  if (std::optional<std::string> target = compiled_target(model_dir)) {
+    impl->config.set_compiled(std::filesystem::absolute(model_dir).lexically_normal().string(),
+                              *target);
+    spdlog::debug("{}: compiled model for device '{}'", model_dir.string(), cfg.compiled_target());
+    return LoadedModel(std::move(impl));
   }
 
   // Where each HF tensor lives: one file, or the shards of an index.
@@ -176,23 +234,7 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
     if (!std::filesystem::exists(index_path))
       throw Error(fmt::format("{}: no weights: neither model.safetensors nor model.safetensors.index.json exists",
                               model_dir.string()));
-    std::ifstream in(index_path, std::ios::binary);
-    if (!in) throw Error(fmt::format("{}: cannot open file", index_path.string()));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    nlohmann::json index;
-    try {
-      index = nlohmann::json::parse(ss.str());
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(fmt::format("{}: malformed JSON: {}", index_path.string(), e.what()));
-    }
-    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-      throw Error(fmt::format("{}: missing 'weight_map' object", index_path.string()));
-    for (const auto& [name, file] : index["weight_map"].items()) {
-      if (!file.is_string())
-        throw Error(fmt::format("{}: weight_map['{}']={} is not a file name", index_path.string(), name, file.dump()));
-      weight_map.emplace(name, file.get<std::string>());
-    }
+    weight_map = read_weight_map(index_path);
   }
   std::map<std::string, SafetensorsFile*, std::less<>> shard_by_name;
 
@@ -235,26 +277,9 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
       throw Error(fmt::format("{}: tensor '{}' has shape {}, expected {} (for {})", fname, w.hf_name,
                               shape_str(info->shape), shape_str(w.hf_shape), w.canonical));
 
-    auto entry = std::make_unique<WeightEntry>();
-    entry->name = w.canonical;
-    entry->shape = w.shape;
-    const size_t item = dtype_size(info->dtype);
-    int64_t row_elems = 1;
-    for (size_t d = 1; d < w.shape.size(); ++d) row_elems *= w.shape[d];
-    int64_t numel = 1;
-    for (int64_t d : w.shape) numel *= d;
-    DLTensor& t = entry->tensor;
     auto [it, fresh] = resolved.emplace(info, nullptr);
     if (fresh) it->second = tensor_bytes(file, *info, impl->copies);
-    t.data = const_cast<std::byte*>(it->second);  // read-only mapping; DLTensor has no const
-    t.device = {kDLCPU, 0};
-    t.ndim = static_cast<int32_t>(entry->shape.size());
-    t.dtype = dl_dtype(info->dtype);
-    t.shape = entry->shape.data();
-    t.strides = nullptr;
-    t.byte_offset = static_cast<uint64_t>(w.row_begin * row_elems) * item;
-    impl->bytes += static_cast<uint64_t>(numel) * item;
-    impl->entries.push_back(std::move(entry));
+    impl->entries.push_back(make_entry(w, *info, it->second, impl->bytes));
   }
   impl->named.reserve(impl->entries.size());
   for (const auto& e : impl->entries) {

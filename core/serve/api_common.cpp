@@ -287,29 +287,10 @@ void reject_nonempty(Fields& f, const std::string& name, const std::string& why)
                  error_code::kUnsupportedParameter);
 }
 
-}  // namespace
-
-SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefaults& d) {
-  SamplingRequest r;
-  auto& o = r.options;
+// Stop strings (a string or a list of non-empty strings) and stop token ids
+// (within the vocabulary).
+void parse_stops(Fields& f, int vocab_size, engine::RequestOptions& o) {
   auto& s = o.sampling;
-  const auto& g = d.generation;
-  const double inf = std::numeric_limits<double>::infinity();
-
-  bool do_sample = g.do_sample.value_or(true);
-  s.temperature = checked_float(f, "temperature", do_sample ? g.temperature.value_or(1.0f) : 0.0f, 0.0, inf);
-  s.top_p = checked_float(f, "top_p", g.top_p.value_or(1.0f), 0.0, 1.0, /*lo_open=*/true);
-  s.top_k = static_cast<int>(f.integer("top_k", -1, kIntMax).value_or(g.top_k.value_or(0)));
-  s.min_p = checked_float(f, "min_p", 0.0f, 0.0, 1.0);
-  s.repetition_penalty = checked_float(f, "repetition_penalty", g.repetition_penalty.value_or(1.0f), 0.0, inf, true);
-  s.presence_penalty = checked_float(f, "presence_penalty", 0.0f, -2.0, 2.0);
-  s.frequency_penalty = checked_float(f, "frequency_penalty", 0.0f, -2.0, 2.0);
-  if (auto seed = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
-    s.seed = static_cast<uint64_t>(*seed);
-  s.min_tokens = static_cast<int>(f.integer("min_tokens", 0, kIntMax).value_or(0));
-  s.ignore_eos = f.boolean("ignore_eos").value_or(false);
-
-  // Stop strings: a string or a list of non-empty strings.
   if (const json* stop = f.get("stop")) {
     if (stop->is_string()) {
       o.stop.push_back(stop->get<std::string>());
@@ -333,15 +314,94 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
         throw ApiError(400, "'stop_token_ids' must be a list of integer token ids", "stop_token_ids",
                        error_code::kInvalidType);
       // Compared as sent (x.dump()): an id past int64 must not wrap into the vocabulary.
-      if (x.is_number_unsigned() ? x.get<uint64_t>() >= uint64_t(d.vocab_size)
-                                 : (x.get<int64_t>() < 0 || x.get<int64_t>() >= d.vocab_size))
+      if (x.is_number_unsigned() ? x.get<uint64_t>() >= uint64_t(vocab_size)
+                                 : (x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab_size))
         throw ApiError(400,
-                       fmt::format("'stop_token_ids' holds {}, outside the vocabulary [0, {})", x.dump(), d.vocab_size),
+                       fmt::format("'stop_token_ids' holds {}, outside the vocabulary [0, {})",
+                                   x.dump(), vocab_size),
                        "stop_token_ids", error_code::kInvalidValue);
       const int64_t id = x.get<int64_t>();
       s.stop_token_ids.push_back(static_cast<int32_t>(id));
     }
   }
+}
+
+// Logprobs: an integer on completions, a boolean + top_logprobs on chat.
+void parse_logprobs(Fields& f, Endpoint endpoint, engine::SamplingParams& s) {
+  if (endpoint == Endpoint::kChat) {
+    bool lp = f.boolean("logprobs").value_or(false);
+    auto top = f.integer("top_logprobs", 0, 20);
+    if (top && !lp && *top > 0)
+      throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    if (lp) s.logprobs = static_cast<int>(top.value_or(0));
+  } else {
+    if (const json* v = f.get("logprobs")) {
+      if (v->is_boolean())
+        throw ApiError(400, "'logprobs' must be an integer in [0, 20] on this endpoint", "logprobs",
+                       error_code::kInvalidType);
+      s.logprobs = static_cast<int>(*f.integer("logprobs", 0, 20));
+    }
+  }
+  if (auto pl = f.integer("prompt_logprobs", 0, 20)) s.prompt_logprobs = static_cast<int>(*pl);
+}
+
+// Fields accepted for compatibility, and those halo cannot honour yet.
+void reject_unsupported(Fields& f) {
+  // Accepted for compatibility, no effect on the output.
+  f.touch("user");
+  f.touch("model");
+  if (auto lp = f.number("length_penalty"); lp && *lp != 1.0)
+    throw ApiError(400,
+                   "'length_penalty' only applies to beam search, which halo does not implement",
+                   "length_penalty", error_code::kUnsupportedValue);
+  if (f.boolean("use_beam_search").value_or(false))
+    throw ApiError(400, "'use_beam_search' is not supported by halo", "use_beam_search",
+                   error_code::kUnsupportedParameter);
+
+  // Fields halo cannot honour yet: rejected rather than silently ignored.
+  reject_nonempty(f, "logit_bias", "the sampler has no per-token bias");
+  reject_nonempty(f, "allowed_token_ids", "the sampler cannot restrict the vocabulary");
+  reject_nonempty(f, "bad_words", "the sampler cannot ban words");
+  reject_nonempty(f, "logits_processors", "custom logits processors are not available");
+  for (const char* guided : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                             "structured_outputs", "guided_whitespace_pattern"}) {
+    reject_nonempty(f, guided, "structured (guided) decoding is not implemented");
+  }
+  if (const json* rf = f.get("response_format")) {
+    if (!rf->is_object() || rf->value("type", std::string()) != "text")
+      throw ApiError(400,
+                     "'response_format' other than {\"type\": \"text\"} is not supported by halo "
+                     "(no guided decoding)",
+                     "response_format", error_code::kUnsupportedValue);
+  }
+}
+
+}  // namespace
+
+SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefaults& d) {
+  SamplingRequest r;
+  auto& o = r.options;
+  auto& s = o.sampling;
+  const auto& g = d.generation;
+  const double inf = std::numeric_limits<double>::infinity();
+
+  bool do_sample = g.do_sample.value_or(true);
+  s.temperature =
+      checked_float(f, "temperature", do_sample ? g.temperature.value_or(1.0f) : 0.0f, 0.0, inf);
+  s.top_p = checked_float(f, "top_p", g.top_p.value_or(1.0f), 0.0, 1.0, /*lo_open=*/true);
+  s.top_k = static_cast<int>(f.integer("top_k", -1, kIntMax).value_or(g.top_k.value_or(0)));
+  s.min_p = checked_float(f, "min_p", 0.0f, 0.0, 1.0);
+  s.repetition_penalty =
+      checked_float(f, "repetition_penalty", g.repetition_penalty.value_or(1.0f), 0.0, inf, true);
+  s.presence_penalty = checked_float(f, "presence_penalty", 0.0f, -2.0, 2.0);
+  s.frequency_penalty = checked_float(f, "frequency_penalty", 0.0f, -2.0, 2.0);
+  if (auto seed = f.integer("seed", std::numeric_limits<int64_t>::min(),
+                            std::numeric_limits<int64_t>::max()))
+    s.seed = static_cast<uint64_t>(*seed);
+  s.min_tokens = static_cast<int>(f.integer("min_tokens", 0, kIntMax).value_or(0));
+  s.ignore_eos = f.boolean("ignore_eos").value_or(false);
+
+  parse_stops(f, d.vocab_size, o);
   o.include_stop_str_in_output = f.boolean("include_stop_str_in_output").value_or(false);
   o.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
   o.spaces_between_special_tokens = f.boolean("spaces_between_special_tokens").value_or(true);
@@ -360,22 +420,7 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
     o.best_of = static_cast<int>(*b);
   }
 
-  // Logprobs: an integer on completions, a boolean + top_logprobs on chat.
-  if (endpoint == Endpoint::kChat) {
-    bool lp = f.boolean("logprobs").value_or(false);
-    auto top = f.integer("top_logprobs", 0, 20);
-    if (top && !lp && *top > 0)
-      throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
-    if (lp) s.logprobs = static_cast<int>(top.value_or(0));
-  } else {
-    if (const json* v = f.get("logprobs")) {
-      if (v->is_boolean())
-        throw ApiError(400, "'logprobs' must be an integer in [0, 20] on this endpoint", "logprobs",
-                       error_code::kInvalidType);
-      s.logprobs = static_cast<int>(*f.integer("logprobs", 0, 20));
-    }
-  }
-  if (auto pl = f.integer("prompt_logprobs", 0, 20)) s.prompt_logprobs = static_cast<int>(*pl);
+  parse_logprobs(f, endpoint, s);
 
   // Lengths.
   std::optional<int64_t> mt;
@@ -404,31 +449,7 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
   if (r.stream && o.best_of > o.n)
     throw ApiError(400, "'best_of' greater than 'n' cannot be streamed: the best are known only at the end", "best_of");
 
-  // Accepted for compatibility, no effect on the output.
-  f.touch("user");
-  f.touch("model");
-  if (auto lp = f.number("length_penalty"); lp && *lp != 1.0)
-    throw ApiError(400, "'length_penalty' only applies to beam search, which halo does not implement", "length_penalty",
-                   error_code::kUnsupportedValue);
-  if (f.boolean("use_beam_search").value_or(false))
-    throw ApiError(400, "'use_beam_search' is not supported by halo", "use_beam_search",
-                   error_code::kUnsupportedParameter);
-
-  // Fields halo cannot honour yet: rejected rather than silently ignored.
-  reject_nonempty(f, "logit_bias", "the sampler has no per-token bias");
-  reject_nonempty(f, "allowed_token_ids", "the sampler cannot restrict the vocabulary");
-  reject_nonempty(f, "bad_words", "the sampler cannot ban words");
-  reject_nonempty(f, "logits_processors", "custom logits processors are not available");
-  for (const char* guided : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
-                             "guided_whitespace_pattern"}) {
-    reject_nonempty(f, guided, "structured (guided) decoding is not implemented");
-  }
-  if (const json* rf = f.get("response_format")) {
-    if (!rf->is_object() || rf->value("type", std::string()) != "text")
-      throw ApiError(400,
-                     "'response_format' other than {\"type\": \"text\"} is not supported by halo (no guided decoding)",
-                     "response_format", error_code::kUnsupportedValue);
-  }
+  reject_unsupported(f);
   return r;
 }
 

@@ -30,6 +30,7 @@ bool is_false(const std::string& v) { return v == "false" || v == "0" || v == "n
 
 }  // namespace
 
+// long: a table (one entry per vLLM argument halo knows), clearer as one list
 const std::vector<VllmArg>& vllm_args() {
   static const std::vector<VllmArg> args = {
       // What halo does itself, under the same name or halo's.

@@ -169,6 +169,35 @@ void fill_range(const DLTensor& t, uint64_t begin, uint64_t end, bool ones, uint
   }
 }
 
+// Fills the tensors of `m` (random values, norm weights 1.0) with `threads`
+// threads.
+void fill_weights(const GeneratedModel& m, uint64_t seed, int threads) {
+  // Work items of at most 4M elements, each with its own seed, taken by the
+  // threads from a counter: the values do not depend on the thread count.
+  struct Item {
+    size_t tensor;
+    uint64_t begin, end;
+  };
+  std::vector<Item> items;
+  const uint64_t chunk = 1u << 22;
+  for (size_t i = 0; i < m.tensors.size(); ++i)
+    for (uint64_t b = 0, n = numel(m.tensors[i]); b < n; b += chunk)
+      items.push_back({i, b, std::min(n, b + chunk)});
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < items.size();) {
+      const Item& it = items[k];
+      const DLTensor& t = m.tensors[it.tensor];
+      const bool ones = t.ndim == 1;  // norm weights
+      fill_range(t, it.begin, it.end, ones, mix64(seed * 0x9E3779B97F4A7C15ull + it.tensor + 1));
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+}
+
 std::shared_ptr<GeneratedModel> generate_model(const Shape& s, const DType& dt, uint64_t seed,
                                                int threads, halo_model_spec& spec,
                                                int max_position) {
@@ -227,30 +256,7 @@ std::shared_ptr<GeneratedModel> generate_model(const Shape& s, const DType& dt, 
     m->weights.push_back({m->names[i].c_str(), &t});
   }
 
-  // Work items of at most 4M elements, each with its own seed, taken by the
-  // threads from a counter: the values do not depend on the thread count.
-  struct Item {
-    size_t tensor;
-    uint64_t begin, end;
-  };
-  std::vector<Item> items;
-  const uint64_t chunk = 1u << 22;
-  for (size_t i = 0; i < m->tensors.size(); ++i)
-    for (uint64_t b = 0, n = numel(m->tensors[i]); b < n; b += chunk)
-      items.push_back({i, b, std::min(n, b + chunk)});
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < items.size();) {
-      const Item& it = items[k];
-      const DLTensor& t = m->tensors[it.tensor];
-      const bool ones = t.ndim == 1;  // norm weights
-      fill_range(t, it.begin, it.end, ones, mix64(seed * 0x9E3779B97F4A7C15ull + it.tensor + 1));
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
+  fill_weights(*m, seed, threads);
 
   spec = halo_model_spec{};
   spec.struct_size = sizeof(spec);
@@ -506,8 +512,9 @@ std::string human_bytes(double b) {
 
 // ------------------------------------------------------------------- run
 
-void run_latency(const LatencyOptions& o) {
-  // Flags first, so a bad one fails before any probe runs.
+// Checks the flags that need no device, so a bad one fails before any probe
+// runs. Returns the batch sizes.
+std::vector<int> check_latency_flags(const LatencyOptions& o) {
   const std::vector<int> batches = parse_batch_sizes(o.batch_sizes);
   if (o.input_len <= 0) throw Error(fmt::format("--input-len={} must be positive", o.input_len));
   if (o.output_len <= 0) throw Error(fmt::format("--output-len={} must be positive", o.output_len));
@@ -529,6 +536,383 @@ void run_latency(const LatencyOptions& o) {
   }
   if (!o.dtype.empty()) parse_dtype(o.dtype);
   (void)engine::parse_kv_cache_dtype(o.engine.kv_cache_dtype);  // a bad flag fails before the probes
+  return batches;
+}
+
+// The rooflines: the host's read bandwidth and the device's bf16 matmul peak
+// (0 when unavailable), with their JSON record.
+struct Roofline {
+  nlohmann::ordered_json json;
+  ReadBandwidth bw;
+  double peak = 0;
+  std::string peak_note;
+};
+
+Roofline measure_roofline(const LatencyOptions& o, const device::Device& dev, bool host_device) {
+  Roofline r;
+  nlohmann::ordered_json& roof = r.json;
+  roof["measured_on"] = "host";
+  roof["applies_to_device"] = host_device;
+  r.bw = measure_read_bandwidth(static_cast<size_t>(o.roofline_buffer_mib) << 20, o.engine.threads,
+                                o.roofline_budget);
+  const ReadBandwidth& bw = r.bw;
+  roof["read_bandwidth_bytes_per_s"] = bw.bytes_per_s;
+  roof["read_bandwidth_gb_per_s"] = bw.bytes_per_s / 1e9;
+  roof["read_bandwidth_buffer_bytes"] = bw.buffer_bytes;
+  roof["read_bandwidth_threads"] = bw.threads;
+  roof["read_bandwidth_passes"] = bw.passes;
+  roof["read_bandwidth_best_gb_per_s"] = bw.best_bytes_per_s / 1e9;
+  roof["read_bandwidth_probe_seconds"] = bw.seconds;
+  // The device's bf16 matmul peak, from its plugin (ABI v1.3 device_measure_peak).
+  try {
+    if (const auto p = dev.measure_peak(HALO_COMPUTE_DTYPE_BF16, o.roofline_budget)) {
+      r.peak = p->flops_per_s;
+      roof["matmul_peak_flops_per_s"] = p->flops_per_s;
+      roof["matmul_peak_tflops_per_s"] = p->flops_per_s / 1e12;
+      roof["matmul_peak_method"] = p->method;
+      r.peak_note = fmt::format("{:.2f} TFLOP/s bf16 ({})", p->flops_per_s / 1e12, p->method);
+    } else {
+      r.peak_note =
+          fmt::format("unavailable (the {} plugin does not measure it)", dev.plugin().name());
+      roof["matmul_peak_unavailable"] = r.peak_note;
+    }
+  } catch (const std::exception& e) {
+    r.peak_note = fmt::format("unavailable ({})", e.what());
+    roof["matmul_peak_unavailable"] = e.what();
+  }
+  return r;
+}
+
+// The KV cache of a run: every sequence of the largest runnable batch owns
+// its blocks.
+struct KvLayout {
+  int block_size = 0;
+  int blocks_per_seq = 0;
+  int64_t num_blocks = 0;
+  double bytes = 0;
+  double bytes_per_token = 0;
+};
+
+KvLayout plan_kv_cache(const LatencyOptions& o, const std::vector<int>& batches,
+                       const halo_limits& lim) {
+  KvLayout kv;
+  const int bs = lim.block_size;
+  kv.block_size = bs;
+  kv.blocks_per_seq = (o.input_len + o.output_len + bs - 1) / bs;
+  int max_runnable = 0;
+  for (int b : batches)
+    if (b <= lim.max_num_seqs) max_runnable = std::max(max_runnable, b);
+  kv.num_blocks = int64_t(std::max(1, max_runnable)) * kv.blocks_per_seq;
+  kv.bytes = double(kv.num_blocks) * double(lim.kv_bytes_per_block);
+  if (lim.kv_memory_available > 0 && kv.bytes > double(lim.kv_memory_available))
+    throw Error(fmt::format(
+        "the KV cache for batch {} x {} tokens needs {} but the device has {} left after the "
+        "weights; use smaller --batch-sizes or --input-len",
+        max_runnable, o.input_len + o.output_len, human_bytes(kv.bytes),
+        human_bytes(double(lim.kv_memory_available))));
+  if (kv.num_blocks > std::numeric_limits<int32_t>::max())
+    throw Error("the KV cache needs more than 2^31 blocks");
+  kv.bytes_per_token = double(lim.kv_bytes_per_block) / bs;
+  return kv;
+}
+
+// What the stages of a run after the set-up read.
+struct LatencyRun {
+  const LatencyOptions& o;
+  const BenchModel& bm;
+  const Costs& costs;
+  const device::Plugin& plugin;
+  const device::Device& dev;
+  bool host_device;
+  double prepare_s;
+  const halo_limits& lim;
+  std::string kv_dtype;  // the agreed KV cache dtype, or "not reported" (ABI < 1.2)
+  bool chunked;          // chunked prefill on
+  const KvLayout& kv;
+  const Roofline& roof;
+};
+
+// Random prompt and decode token ids, one stream for the whole run.
+struct TokenSource {
+  std::mt19937_64 rng;
+  std::uniform_int_distribution<int32_t> id;
+  int32_t next() { return id(rng); }
+};
+
+void print_header(const LatencyRun& r) {
+  const halo_model_spec& spec = r.bm.spec;
+  const halo_limits& lim = r.lim;
+  const ReadBandwidth& bw = r.roof.bw;
+  fmt::print("model            {}\n", r.bm.description);
+  fmt::print(
+      "shape            vocab {} hidden {} intermediate {} layers {} heads {} kv_heads {} head_dim "
+      "{} "
+      "({:.1f}M parameters, weights {})\n",
+      spec.vocab_size, spec.hidden_size, spec.intermediate_size, spec.num_layers, spec.num_heads,
+      spec.num_kv_heads, spec.head_dim, r.costs.parameters / 1e6, r.bm.weight_dtype);
+  fmt::print("device           {} ({}, {}), prepared in {:.2f} s\n", r.plugin.name(),
+             r.dev.info().name, device::kind_name(r.dev.info().kind), r.prepare_s);
+  fmt::print(
+      "limits           max_num_seqs {} max_model_len {} max_num_batched_tokens {} block_size {} "
+      "chunked_prefill {}\n",
+      lim.max_num_seqs, lim.max_model_len, lim.max_num_batched_tokens, r.kv.block_size, r.chunked);
+  fmt::print("KV cache         {} blocks ({}), {} ({:.0f} bytes/token)\n", r.kv.num_blocks,
+             human_bytes(r.kv.bytes), r.kv_dtype, r.kv.bytes_per_token);
+  fmt::print(
+      "read bandwidth   {:.2f} GB/s (host, {} threads, {} buffer, median of {} passes; best "
+      "{:.2f})\n",
+      bw.bytes_per_s / 1e9, bw.threads, human_bytes(double(bw.buffer_bytes)), bw.passes,
+      bw.best_bytes_per_s / 1e9);
+  fmt::print("matmul peak      {}\n", r.roof.peak_note);
+  if (!r.host_device)
+    fmt::print(
+        "note             the roofline is the host's; it may not apply to device '{}' ({})\n",
+        r.plugin.name(), device::kind_name(r.dev.info().kind));
+  fmt::print(
+      "workload         input_len {} (prefill prompt = decode context), output_len {} decode "
+      "steps, "
+      "warmup {}\n\n",
+      r.o.input_len, r.o.output_len, r.o.warmup);
+}
+
+// Prefill of B random prompts of input_len tokens, timed over the planned
+// steps; its JSON record ("skipped" when it does not run). The prompts are
+// drawn even when skipped, so the decode tokens stay the same.
+nlohmann::ordered_json bench_prefill(const LatencyRun& r, int B, Stepper& stepper,
+                                     TokenSource& tokens, bool& prefilled) {
+  const LatencyOptions& o = r.o;
+  const halo_limits& lim = r.lim;
+  nlohmann::ordered_json pj;
+  std::vector<std::vector<int32_t>> prompt(static_cast<size_t>(B),
+                                           std::vector<int32_t>(static_cast<size_t>(o.input_len)));
+  for (auto& p : prompt)
+    for (auto& t : p) t = tokens.next();
+  auto prompt_token = [&](int s, int pos) { return prompt[s][pos]; };
+  const int64_t prefill_tokens = int64_t(B) * o.input_len;
+  auto plan = plan_prefill(B, o.input_len, lim.max_num_batched_tokens, lim.max_num_seqs, r.chunked);
+  if (prefill_tokens > o.max_prefill_tokens) {
+    pj["skipped"] = fmt::format("batch {} x input_len {} = {} tokens > --max-prefill-tokens {}", B,
+                                o.input_len, prefill_tokens, o.max_prefill_tokens);
+    return pj;
+  }
+  if (plan.empty()) {
+    pj["skipped"] = fmt::format(
+        "input_len {} > max_num_batched_tokens {} and the prompt cannot be split "
+        "(chunked prefill off)",
+        o.input_len, lim.max_num_batched_tokens);
+    return pj;
+  }
+  spdlog::info("batch {}: prefill of {} tokens in {} steps", B, prefill_tokens, plan.size());
+  for (int w = 0; w < o.warmup; ++w) stepper.run(plan[0], prompt_token, o.input_len, nullptr);
+  double seconds = 0;
+  int logits_rows = 0;
+  for (const auto& step : plan) {
+    int rows_here = 0;
+    seconds += stepper.run(step, prompt_token, o.input_len, &rows_here);
+    logits_rows += rows_here;
+  }
+  prefilled = true;
+  const double n = o.input_len;
+  const double flops = 2.0 * double(r.costs.matmul_params) * double(prefill_tokens) +
+                       2.0 * double(r.costs.lm_head_params) * logits_rows +
+                       r.costs.attn_flops_per_ctx * B * (n * (n + 1) / 2);
+  pj["tokens"] = prefill_tokens;
+  pj["steps"] = plan.size();
+  pj["logits_rows"] = logits_rows;
+  pj["ms"] = seconds * 1e3;
+  pj["tokens_per_s"] = double(prefill_tokens) / seconds;
+  pj["flops"] = flops;
+  pj["flops_per_s"] = flops / seconds;
+  pj["tflops_per_s"] = flops / seconds / 1e12;
+  if (r.roof.peak > 0) pj["fraction_of_matmul_peak"] = flops / seconds / r.roof.peak;
+  return pj;
+}
+
+// output_len decode steps of B tokens each, at contexts input_len+1 ..
+// input_len+output_len; its JSON record. Notes go to `notes`.
+nlohmann::ordered_json bench_decode(const LatencyRun& r, int B, Stepper& stepper,
+                                    TokenSource& tokens, bool prefilled,
+                                    std::vector<std::string>& notes) {
+  const LatencyOptions& o = r.o;
+  nlohmann::ordered_json dj;
+  if (B > r.lim.max_num_batched_tokens) {
+    dj["skipped"] =
+        fmt::format("batch {} > max_num_batched_tokens {}", B, r.lim.max_num_batched_tokens);
+    notes.push_back(
+        fmt::format("batch {}: decode skipped: {}", B, dj["skipped"].get<std::string>()));
+    return dj;
+  }
+  std::vector<int32_t> step_tokens(static_cast<size_t>(B));
+  auto decode_token = [&](int s, int) { return step_tokens[s]; };
+  auto pieces_at = [&](int pos) {
+    std::vector<Piece> p;
+    for (int s = 0; s < B; ++s) p.push_back({s, pos, 1});
+    return p;
+  };
+  spdlog::info("batch {}: {} decode steps", B, o.output_len);
+  for (int w = 0; w < o.warmup; ++w) {
+    for (auto& t : step_tokens) t = tokens.next();
+    stepper.run(pieces_at(o.input_len), decode_token, 0, nullptr);
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < o.output_len; ++i) {
+    for (auto& t : step_tokens) t = tokens.next();
+    ms.push_back(1e3 * stepper.run(pieces_at(o.input_len + i), decode_token, 0, nullptr));
+  }
+  const double p50 = percentile(ms, 50), p90 = percentile(ms, 90);
+  const double mean_ctx = o.input_len + (o.output_len + 1) / 2.0;
+  const double weight_bytes =
+      double(r.costs.stream_bytes) + double(B) * double(r.costs.embed_row_bytes);
+  const double kv_read = double(B) * mean_ctx * r.kv.bytes_per_token;
+  const double bytes = weight_bytes + kv_read;
+  const double flops = 2.0 * double(r.costs.matmul_params + r.costs.lm_head_params) * B +
+                       r.costs.attn_flops_per_ctx * B * mean_ctx;
+  dj["kv_source"] = prefilled ? "prefill" : "unfilled";
+  dj["context_len_first"] = o.input_len + 1;
+  dj["context_len_last"] = o.input_len + o.output_len;
+  dj["steps"] = o.output_len;
+  dj["step_ms"] = ms;
+  dj["step_ms_p50"] = p50;
+  dj["step_ms_p90"] = p90;
+  dj["step_ms_mean"] = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
+  dj["tokens_per_s"] = B / (p50 / 1e3);
+  dj["weight_bytes_per_step"] = weight_bytes;
+  dj["kv_bytes_per_step"] = kv_read;
+  dj["bytes_per_step"] = bytes;
+  dj["bytes_per_s"] = bytes / (p50 / 1e3);
+  dj["gb_per_s"] = bytes / (p50 / 1e3) / 1e9;
+  if (r.roof.bw.bytes_per_s > 0)
+    dj["fraction_of_read_bandwidth"] = bytes / (p50 / 1e3) / r.roof.bw.bytes_per_s;
+  dj["flops_per_step"] = flops;
+  dj["tflops_per_s"] = flops / (p50 / 1e3) / 1e12;
+  if (!prefilled)
+    notes.push_back(
+        fmt::format("batch {}: decode attends over KV blocks no prefill wrote (the contents do not "
+                    "change the work)",
+                    B));
+  return dj;
+}
+
+// One row of the table and of the JSON "batches": batch size B's prefill and
+// decode. Notes (skips, unfilled KV) go to `notes`.
+nlohmann::ordered_json bench_batch(const LatencyRun& r, int B, Stepper& stepper,
+                                   TokenSource& tokens, std::vector<std::string>& notes) {
+  nlohmann::ordered_json row;
+  row["batch_size"] = B;
+  nlohmann::ordered_json pj, dj;
+  if (B > r.lim.max_num_seqs) {
+    const std::string why =
+        fmt::format("batch {} > max_num_seqs {} the device agreed", B, r.lim.max_num_seqs);
+    pj["skipped"] = why;
+    dj["skipped"] = why;
+    notes.push_back(why);
+    row["prefill"] = pj;
+    row["decode"] = dj;
+    return row;
+  }
+  bool prefilled = false;
+  pj = bench_prefill(r, B, stepper, tokens, prefilled);
+  if (pj.contains("skipped"))
+    notes.push_back(
+        fmt::format("batch {}: prefill skipped: {}", B, pj["skipped"].get<std::string>()));
+  dj = bench_decode(r, B, stepper, tokens, prefilled, notes);
+  row["prefill"] = pj;
+  row["decode"] = dj;
+  return row;
+}
+
+void print_table(const nlohmann::ordered_json& rows) {
+  auto num = [](const nlohmann::ordered_json& j, const char* key, const char* fmt_spec,
+                double scale = 1) {
+    if (!j.contains(key)) return std::string("-");
+    return fmt::format(fmt::runtime(fmt_spec), j[key].get<double>() * scale);
+  };
+  fmt::print("{:>6} | {:>11} {:>10} {:>8} {:>7} | {:>10} {:>10} {:>10} {:>8} {:>7}\n", "batch",
+             "prefill ms", "tok/s", "TFLOP/s", "% peak", "decode ms", "p90 ms", "tok/s", "GB/s",
+             "% bw");
+  fmt::print("{:-<6}-+-{:-<11}-{:-<10}-{:-<8}-{:-<7}-+-{:-<10}-{:-<10}-{:-<10}-{:-<8}-{:-<7}\n", "",
+             "", "", "", "", "", "", "", "", "");
+  for (const auto& r : rows) {
+    const auto& p = r["prefill"];
+    const auto& d = r["decode"];
+    fmt::print("{:>6} | {:>11} {:>10} {:>8} {:>7} | {:>10} {:>10} {:>10} {:>8} {:>7}\n",
+               r["batch_size"].get<int>(), num(p, "ms", "{:.2f}"), num(p, "tokens_per_s", "{:.1f}"),
+               num(p, "tflops_per_s", "{:.3f}"), num(p, "fraction_of_matmul_peak", "{:.1f}", 100),
+               num(d, "step_ms_p50", "{:.3f}"), num(d, "step_ms_p90", "{:.3f}"),
+               num(d, "tokens_per_s", "{:.1f}"), num(d, "gb_per_s", "{:.2f}"),
+               num(d, "fraction_of_read_bandwidth", "{:.1f}", 100));
+  }
+}
+
+// The notes after the table, then how the FLOPs and bytes are counted.
+void print_notes(const LatencyRun& r, std::vector<std::string> notes) {
+  // Weights that fit the last-level cache are read from it, above the DRAM roofline.
+  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  const double llc_bytes = llc > 0 ? double(llc) : 32.0 * 1048576;
+  if (r.host_device && double(r.costs.stream_bytes) < 2 * llc_bytes)
+    notes.push_back(
+        fmt::format("the weights ({}) fit in or near the last-level cache ({}{}): decode may read "
+                    "them from cache, above the DRAM bandwidth roofline",
+                    human_bytes(double(r.costs.stream_bytes)), human_bytes(llc_bytes),
+                    llc > 0 ? "" : ", assumed"));
+  if (!notes.empty()) fmt::print("\n");
+  for (const auto& n : notes) fmt::print("note: {}\n", n);
+  fmt::print(
+      "\nprefill FLOPs = 2 x {:.1f}M matmul params x tokens + 2 x lm_head params x logits rows + "
+      "attention "
+      "4 x heads x head_dim x layers x sum of context; decode bytes/step = {} of weights "
+      "(embedding rows "
+      "added per token) + KV {:.0f} bytes/token x batch x mean context\n",
+      r.costs.matmul_params / 1e6, human_bytes(double(r.costs.stream_bytes)), r.kv.bytes_per_token);
+}
+
+void write_json(const LatencyRun& r, const nlohmann::ordered_json& rows) {
+  const LatencyOptions& o = r.o;
+  const halo_model_spec& spec = r.bm.spec;
+  const halo_limits& lim = r.lim;
+  nlohmann::ordered_json out;
+  out["model"] = r.bm.description;
+  out["shape"] = {{"vocab_size", spec.vocab_size},
+                  {"hidden_size", spec.hidden_size},
+                  {"intermediate_size", spec.intermediate_size},
+                  {"num_layers", spec.num_layers},
+                  {"num_heads", spec.num_heads},
+                  {"num_kv_heads", spec.num_kv_heads},
+                  {"head_dim", spec.head_dim},
+                  {"tied_embeddings", (spec.flags & HALO_MODEL_TIED_EMBEDDINGS) != 0},
+                  {"weight_dtype", r.bm.weight_dtype}};
+  out["parameters"] = r.costs.parameters;
+  out["matmul_parameters"] = r.costs.matmul_params;
+  out["lm_head_parameters"] = r.costs.lm_head_params;
+  out["weight_stream_bytes"] = r.costs.stream_bytes;
+  out["embedding_row_bytes"] = r.costs.embed_row_bytes;
+  out["device"] = r.plugin.name();
+  out["device_name"] = r.dev.info().name;
+  out["device_kind"] = device::kind_name(r.dev.info().kind);
+  out["threads"] = o.engine.threads;
+  out["prepare_seconds"] = r.prepare_s;
+  out["limits"] = {{"max_num_seqs", lim.max_num_seqs},
+                   {"max_model_len", lim.max_model_len},
+                   {"max_num_batched_tokens", lim.max_num_batched_tokens},
+                   {"block_size", r.kv.block_size},
+                   {"chunked_prefill", r.chunked},
+                   {"kv_bytes_per_block", lim.kv_bytes_per_block},
+                   {"kv_bytes_per_token", r.kv.bytes_per_token},
+                   {"kv_blocks", r.kv.num_blocks},
+                   {"kv_cache_dtype", r.kv_dtype}};
+  out["input_len"] = o.input_len;
+  out["output_len"] = o.output_len;
+  out["warmup"] = o.warmup;
+  out["max_prefill_tokens"] = o.max_prefill_tokens;
+  out["roofline"] = r.roof.json;
+  out["batches"] = rows;
+  std::ofstream f(o.output_json);
+  if (!f) throw Error(fmt::format("--output-json {}: cannot write", o.output_json));
+  f << out.dump(2) << "\n";
+}
+
+void run_latency(const LatencyOptions& o) {
+  const std::vector<int> batches = check_latency_flags(o);
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   const int host_threads =
       o.engine.threads > 0 ? o.engine.threads
@@ -549,36 +933,7 @@ void run_latency(const LatencyOptions& o) {
         o.input_len, o.output_len, spec.max_position_embeddings));
 
   // Rooflines, before the device takes its copy of the weights.
-  nlohmann::ordered_json roof;
-  roof["measured_on"] = "host";
-  roof["applies_to_device"] = host_device;
-  const ReadBandwidth bw = measure_read_bandwidth(static_cast<size_t>(o.roofline_buffer_mib) << 20,
-                                                  o.engine.threads, o.roofline_budget);
-  roof["read_bandwidth_bytes_per_s"] = bw.bytes_per_s;
-  roof["read_bandwidth_gb_per_s"] = bw.bytes_per_s / 1e9;
-  roof["read_bandwidth_buffer_bytes"] = bw.buffer_bytes;
-  roof["read_bandwidth_threads"] = bw.threads;
-  roof["read_bandwidth_passes"] = bw.passes;
-  roof["read_bandwidth_best_gb_per_s"] = bw.best_bytes_per_s / 1e9;
-  roof["read_bandwidth_probe_seconds"] = bw.seconds;
-  double peak = 0;
-  std::string peak_note;
-  // The device's bf16 matmul peak, from its plugin (ABI v1.3 device_measure_peak).
-  try {
-    if (const auto p = dev->measure_peak(HALO_COMPUTE_DTYPE_BF16, o.roofline_budget)) {
-      peak = p->flops_per_s;
-      roof["matmul_peak_flops_per_s"] = p->flops_per_s;
-      roof["matmul_peak_tflops_per_s"] = p->flops_per_s / 1e12;
-      roof["matmul_peak_method"] = p->method;
-      peak_note = fmt::format("{:.2f} TFLOP/s bf16 ({})", p->flops_per_s / 1e12, p->method);
-    } else {
-      peak_note = fmt::format("unavailable (the {} plugin does not measure it)", plugin->name());
-      roof["matmul_peak_unavailable"] = peak_note;
-    }
-  } catch (const std::exception& e) {
-    peak_note = fmt::format("unavailable ({})", e.what());
-    roof["matmul_peak_unavailable"] = e.what();
-  }
+  const Roofline roof = measure_roofline(o, *dev, host_device);
 
   // Limits: room for the largest batch at input_len + output_len tokens,
   // proposed and checked as the engine does.
@@ -602,266 +957,23 @@ void run_latency(const LatencyOptions& o) {
       has_kv_dtype ? halo_kv_dtype_name(lim.kv_cache_dtype) : "not reported";
   const bool chunked = e.enable_chunked_prefill && (lim.capabilities & HALO_CAP_CHUNKED_PREFILL);
 
-  // KV cache: every sequence of the largest runnable batch owns its blocks.
-  const int bs = lim.block_size;
-  const int bps = (o.input_len + o.output_len + bs - 1) / bs;
-  int max_runnable = 0;
-  for (int b : batches)
-    if (b <= lim.max_num_seqs) max_runnable = std::max(max_runnable, b);
-  const int64_t num_blocks = int64_t(std::max(1, max_runnable)) * bps;
-  const double kv_bytes = double(num_blocks) * double(lim.kv_bytes_per_block);
-  if (lim.kv_memory_available > 0 && kv_bytes > double(lim.kv_memory_available))
-    throw Error(fmt::format(
-        "the KV cache for batch {} x {} tokens needs {} but the device has {} left after the "
-        "weights; use smaller --batch-sizes or --input-len",
-        max_runnable, o.input_len + o.output_len, human_bytes(kv_bytes),
-        human_bytes(double(lim.kv_memory_available))));
-  if (num_blocks > std::numeric_limits<int32_t>::max())
-    throw Error("the KV cache needs more than 2^31 blocks");
-  device::KvCache kv(exe, static_cast<int>(num_blocks), bs);
-  const double kv_per_token = double(lim.kv_bytes_per_block) / bs;
-  Stepper stepper(kv, spec.vocab_size, bps);
+  const KvLayout kvl = plan_kv_cache(o, batches, lim);
+  device::KvCache kv(exe, static_cast<int>(kvl.num_blocks), kvl.block_size);
+  Stepper stepper(kv, spec.vocab_size, kvl.blocks_per_seq);
+  const LatencyRun run{o,         bm,  costs,    *plugin, *dev, host_device,
+                       prepare_s, lim, kv_dtype, chunked, kvl,  roof};
 
-  // Header.
-  fmt::print("model            {}\n", bm.description);
-  fmt::print(
-      "shape            vocab {} hidden {} intermediate {} layers {} heads {} kv_heads {} head_dim "
-      "{} "
-      "({:.1f}M parameters, weights {})\n",
-      spec.vocab_size, spec.hidden_size, spec.intermediate_size, spec.num_layers, spec.num_heads,
-      spec.num_kv_heads, spec.head_dim, costs.parameters / 1e6, bm.weight_dtype);
-  fmt::print("device           {} ({}, {}), prepared in {:.2f} s\n", plugin->name(),
-             dev->info().name, device::kind_name(dev->info().kind), prepare_s);
-  fmt::print(
-      "limits           max_num_seqs {} max_model_len {} max_num_batched_tokens {} block_size {} "
-      "chunked_prefill {}\n",
-      lim.max_num_seqs, lim.max_model_len, lim.max_num_batched_tokens, bs, chunked);
-  fmt::print("KV cache         {} blocks ({}), {} ({:.0f} bytes/token)\n", num_blocks,
-             human_bytes(kv_bytes), kv_dtype, kv_per_token);
-  fmt::print(
-      "read bandwidth   {:.2f} GB/s (host, {} threads, {} buffer, median of {} passes; best "
-      "{:.2f})\n",
-      bw.bytes_per_s / 1e9, bw.threads, human_bytes(double(bw.buffer_bytes)), bw.passes,
-      bw.best_bytes_per_s / 1e9);
-  fmt::print("matmul peak      {}\n", peak_note);
-  if (!host_device)
-    fmt::print(
-        "note             the roofline is the host's; it may not apply to device '{}' ({})\n",
-        plugin->name(), device::kind_name(dev->info().kind));
-  fmt::print(
-      "workload         input_len {} (prefill prompt = decode context), output_len {} decode "
-      "steps, "
-      "warmup {}\n\n",
-      o.input_len, o.output_len, o.warmup);
-
+  print_header(run);
   std::fflush(stdout);
-  std::mt19937_64 rng(o.engine.seed ^ 0x6A09E667F3BCC908ull);
-  std::uniform_int_distribution<int32_t> id(0, spec.vocab_size - 1);
+  TokenSource tokens{std::mt19937_64(o.engine.seed ^ 0x6A09E667F3BCC908ull),
+                     std::uniform_int_distribution<int32_t>(0, spec.vocab_size - 1)};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<std::string> notes;
-  for (int B : batches) {
-    nlohmann::ordered_json row;
-    row["batch_size"] = B;
-    nlohmann::ordered_json pj, dj;
-    if (B > lim.max_num_seqs) {
-      const std::string why =
-          fmt::format("batch {} > max_num_seqs {} the device agreed", B, lim.max_num_seqs);
-      pj["skipped"] = why;
-      dj["skipped"] = why;
-      notes.push_back(why);
-      row["prefill"] = pj;
-      row["decode"] = dj;
-      rows.push_back(row);
-      continue;
-    }
-    // Prefill.
-    std::vector<std::vector<int32_t>> prompt(
-        static_cast<size_t>(B), std::vector<int32_t>(static_cast<size_t>(o.input_len)));
-    for (auto& p : prompt)
-      for (auto& t : p) t = id(rng);
-    auto prompt_token = [&](int s, int pos) { return prompt[s][pos]; };
-    const int64_t prefill_tokens = int64_t(B) * o.input_len;
-    bool prefilled = false;
-    auto plan = plan_prefill(B, o.input_len, lim.max_num_batched_tokens, lim.max_num_seqs, chunked);
-    if (prefill_tokens > o.max_prefill_tokens) {
-      pj["skipped"] = fmt::format("batch {} x input_len {} = {} tokens > --max-prefill-tokens {}",
-                                  B, o.input_len, prefill_tokens, o.max_prefill_tokens);
-    } else if (plan.empty()) {
-      pj["skipped"] = fmt::format(
-          "input_len {} > max_num_batched_tokens {} and the prompt cannot be split "
-          "(chunked prefill off)",
-          o.input_len, lim.max_num_batched_tokens);
-    } else {
-      spdlog::info("batch {}: prefill of {} tokens in {} steps", B, prefill_tokens, plan.size());
-      for (int w = 0; w < o.warmup; ++w) stepper.run(plan[0], prompt_token, o.input_len, nullptr);
-      double seconds = 0;
-      int logits_rows = 0;
-      for (const auto& step : plan) {
-        int rows_here = 0;
-        seconds += stepper.run(step, prompt_token, o.input_len, &rows_here);
-        logits_rows += rows_here;
-      }
-      prefilled = true;
-      const double n = o.input_len;
-      const double flops = 2.0 * double(costs.matmul_params) * double(prefill_tokens) +
-                           2.0 * double(costs.lm_head_params) * logits_rows +
-                           costs.attn_flops_per_ctx * B * (n * (n + 1) / 2);
-      pj["tokens"] = prefill_tokens;
-      pj["steps"] = plan.size();
-      pj["logits_rows"] = logits_rows;
-      pj["ms"] = seconds * 1e3;
-      pj["tokens_per_s"] = double(prefill_tokens) / seconds;
-      pj["flops"] = flops;
-      pj["flops_per_s"] = flops / seconds;
-      pj["tflops_per_s"] = flops / seconds / 1e12;
-      if (peak > 0) pj["fraction_of_matmul_peak"] = flops / seconds / peak;
-    }
-    if (pj.contains("skipped"))
-      notes.push_back(
-          fmt::format("batch {}: prefill skipped: {}", B, pj["skipped"].get<std::string>()));
+  for (int B : batches) rows.push_back(bench_batch(run, B, stepper, tokens, notes));
 
-    // Decode: B tokens per step at contexts input_len+1 .. input_len+output_len.
-    if (B > lim.max_num_batched_tokens) {
-      dj["skipped"] =
-          fmt::format("batch {} > max_num_batched_tokens {}", B, lim.max_num_batched_tokens);
-      notes.push_back(
-          fmt::format("batch {}: decode skipped: {}", B, dj["skipped"].get<std::string>()));
-    } else {
-      std::vector<int32_t> step_tokens(static_cast<size_t>(B));
-      auto decode_token = [&](int s, int) { return step_tokens[s]; };
-      auto pieces_at = [&](int pos) {
-        std::vector<Piece> p;
-        for (int s = 0; s < B; ++s) p.push_back({s, pos, 1});
-        return p;
-      };
-      spdlog::info("batch {}: {} decode steps", B, o.output_len);
-      for (int w = 0; w < o.warmup; ++w) {
-        for (auto& t : step_tokens) t = id(rng);
-        stepper.run(pieces_at(o.input_len), decode_token, 0, nullptr);
-      }
-      std::vector<double> ms;
-      for (int i = 0; i < o.output_len; ++i) {
-        for (auto& t : step_tokens) t = id(rng);
-        ms.push_back(1e3 * stepper.run(pieces_at(o.input_len + i), decode_token, 0, nullptr));
-      }
-      const double p50 = percentile(ms, 50), p90 = percentile(ms, 90);
-      const double mean_ctx = o.input_len + (o.output_len + 1) / 2.0;
-      const double weight_bytes =
-          double(costs.stream_bytes) + double(B) * double(costs.embed_row_bytes);
-      const double kv_read = double(B) * mean_ctx * kv_per_token;
-      const double bytes = weight_bytes + kv_read;
-      const double flops = 2.0 * double(costs.matmul_params + costs.lm_head_params) * B +
-                           costs.attn_flops_per_ctx * B * mean_ctx;
-      dj["kv_source"] = prefilled ? "prefill" : "unfilled";
-      dj["context_len_first"] = o.input_len + 1;
-      dj["context_len_last"] = o.input_len + o.output_len;
-      dj["steps"] = o.output_len;
-      dj["step_ms"] = ms;
-      dj["step_ms_p50"] = p50;
-      dj["step_ms_p90"] = p90;
-      dj["step_ms_mean"] = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
-      dj["tokens_per_s"] = B / (p50 / 1e3);
-      dj["weight_bytes_per_step"] = weight_bytes;
-      dj["kv_bytes_per_step"] = kv_read;
-      dj["bytes_per_step"] = bytes;
-      dj["bytes_per_s"] = bytes / (p50 / 1e3);
-      dj["gb_per_s"] = bytes / (p50 / 1e3) / 1e9;
-      if (bw.bytes_per_s > 0)
-        dj["fraction_of_read_bandwidth"] = bytes / (p50 / 1e3) / bw.bytes_per_s;
-      dj["flops_per_step"] = flops;
-      dj["tflops_per_s"] = flops / (p50 / 1e3) / 1e12;
-      if (!prefilled)
-        notes.push_back(fmt::format(
-            "batch {}: decode attends over KV blocks no prefill wrote (the contents do not "
-            "change the work)",
-            B));
-    }
-    row["prefill"] = pj;
-    row["decode"] = dj;
-    rows.push_back(row);
-  }
-
-  // Table.
-  auto num = [](const nlohmann::ordered_json& j, const char* key, const char* fmt_spec,
-                double scale = 1) {
-    if (!j.contains(key)) return std::string("-");
-    return fmt::format(fmt::runtime(fmt_spec), j[key].get<double>() * scale);
-  };
-  fmt::print("{:>6} | {:>11} {:>10} {:>8} {:>7} | {:>10} {:>10} {:>10} {:>8} {:>7}\n", "batch",
-             "prefill ms", "tok/s", "TFLOP/s", "% peak", "decode ms", "p90 ms", "tok/s", "GB/s",
-             "% bw");
-  fmt::print("{:-<6}-+-{:-<11}-{:-<10}-{:-<8}-{:-<7}-+-{:-<10}-{:-<10}-{:-<10}-{:-<8}-{:-<7}\n", "",
-             "", "", "", "", "", "", "", "", "");
-  for (const auto& r : rows) {
-    const auto& p = r["prefill"];
-    const auto& d = r["decode"];
-    fmt::print("{:>6} | {:>11} {:>10} {:>8} {:>7} | {:>10} {:>10} {:>10} {:>8} {:>7}\n",
-               r["batch_size"].get<int>(), num(p, "ms", "{:.2f}"), num(p, "tokens_per_s", "{:.1f}"),
-               num(p, "tflops_per_s", "{:.3f}"), num(p, "fraction_of_matmul_peak", "{:.1f}", 100),
-               num(d, "step_ms_p50", "{:.3f}"), num(d, "step_ms_p90", "{:.3f}"),
-               num(d, "tokens_per_s", "{:.1f}"), num(d, "gb_per_s", "{:.2f}"),
-               num(d, "fraction_of_read_bandwidth", "{:.1f}", 100));
-  }
-  // Weights that fit the last-level cache are read from it, above the DRAM roofline.
-  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  const double llc_bytes = llc > 0 ? double(llc) : 32.0 * 1048576;
-  if (host_device && double(costs.stream_bytes) < 2 * llc_bytes)
-    notes.push_back(
-        fmt::format("the weights ({}) fit in or near the last-level cache ({}{}): decode may read "
-                    "them from cache, above the DRAM bandwidth roofline",
-                    human_bytes(double(costs.stream_bytes)), human_bytes(llc_bytes),
-                    llc > 0 ? "" : ", assumed"));
-  if (!notes.empty()) fmt::print("\n");
-  for (const auto& n : notes) fmt::print("note: {}\n", n);
-  fmt::print(
-      "\nprefill FLOPs = 2 x {:.1f}M matmul params x tokens + 2 x lm_head params x logits rows + "
-      "attention "
-      "4 x heads x head_dim x layers x sum of context; decode bytes/step = {} of weights "
-      "(embedding rows "
-      "added per token) + KV {:.0f} bytes/token x batch x mean context\n",
-      costs.matmul_params / 1e6, human_bytes(double(costs.stream_bytes)), kv_per_token);
-
-  if (!o.output_json.empty()) {
-    nlohmann::ordered_json out;
-    out["model"] = bm.description;
-    out["shape"] = {{"vocab_size", spec.vocab_size},
-                    {"hidden_size", spec.hidden_size},
-                    {"intermediate_size", spec.intermediate_size},
-                    {"num_layers", spec.num_layers},
-                    {"num_heads", spec.num_heads},
-                    {"num_kv_heads", spec.num_kv_heads},
-                    {"head_dim", spec.head_dim},
-                    {"tied_embeddings", (spec.flags & HALO_MODEL_TIED_EMBEDDINGS) != 0},
-                    {"weight_dtype", bm.weight_dtype}};
-    out["parameters"] = costs.parameters;
-    out["matmul_parameters"] = costs.matmul_params;
-    out["lm_head_parameters"] = costs.lm_head_params;
-    out["weight_stream_bytes"] = costs.stream_bytes;
-    out["embedding_row_bytes"] = costs.embed_row_bytes;
-    out["device"] = plugin->name();
-    out["device_name"] = dev->info().name;
-    out["device_kind"] = device::kind_name(dev->info().kind);
-    out["threads"] = o.engine.threads;
-    out["prepare_seconds"] = prepare_s;
-    out["limits"] = {{"max_num_seqs", lim.max_num_seqs},
-                     {"max_model_len", lim.max_model_len},
-                     {"max_num_batched_tokens", lim.max_num_batched_tokens},
-                     {"block_size", bs},
-                     {"chunked_prefill", chunked},
-                     {"kv_bytes_per_block", lim.kv_bytes_per_block},
-                     {"kv_bytes_per_token", kv_per_token},
-                     {"kv_blocks", num_blocks},
-                     {"kv_cache_dtype", kv_dtype}};
-    out["input_len"] = o.input_len;
-    out["output_len"] = o.output_len;
-    out["warmup"] = o.warmup;
-    out["max_prefill_tokens"] = o.max_prefill_tokens;
-    out["roofline"] = roof;
-    out["batches"] = rows;
-    std::ofstream f(o.output_json);
-    if (!f) throw Error(fmt::format("--output-json {}: cannot write", o.output_json));
-    f << out.dump(2) << "\n";
-  }
+  print_table(rows);
+  print_notes(run, std::move(notes));
+  if (!o.output_json.empty()) write_json(run, rows);
 }
 
 }  // namespace

@@ -249,11 +249,11 @@ void print_plan(const Plan& plan, bool sm) {
   std::fflush(stdout);
 }
 
-void run_serve(const CLI::App& cmd, const ServeOptions& in) {
-  ServeOptions o = in;
-  const auto env = serve::process_environment();
-  const bool sm = sagemaker_mode(o, env);
-  if (sm && !explicitly_set(cmd, "--port")) {
+// SageMaker's address: port 8080 (or SAGEMAKER_BIND_TO_PORT) on all
+// interfaces, unless --port/--host say otherwise.
+void apply_sagemaker_address(const CLI::App& cmd, const std::map<std::string, std::string>& env,
+                             ServeOptions& o) {
+  if (!explicitly_set(cmd, "--port")) {
     o.port = 8080;
     if (auto it = env.find("SAGEMAKER_BIND_TO_PORT"); it != env.end()) {
       try {
@@ -263,7 +263,67 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
       }
     }
   }
-  if (sm && !explicitly_set(cmd, "--host")) o.host = "0.0.0.0";
+  if (!explicitly_set(cmd, "--host")) o.host = "0.0.0.0";
+}
+
+// The "ready" line with an example request to the first served model.
+void print_ready(serve::ServingCore& core, const std::string& url, const std::string& api_key) {
+  std::vector<std::string> names;
+  for (const auto& m : core.served_models()) names.push_back(m->name());
+  const auto& name = names.front();
+  // Double quotes, so the shell expands the variable.
+  std::string auth = api_key.empty() ? "" : " -H \"Authorization: Bearer $HALO_API_KEY\"";
+  std::string example = fmt::format(
+      "halo serve: {} ready at {}/v1 (also KServe v2 at {}/v2/models/NAME/generate and SageMaker "
+      "at "
+      "{}/invocations)\n"
+      "  curl {}/v1/chat/completions -H 'Content-Type: application/json'{} \\\n"
+      "    -d {}\n",
+      fmt::join(names, ", "), url, url, url, url, auth,
+      single_quoted(fmt::format(
+          R"({{"model": "{}", "messages": [{{"role": "user", "content": "What is curl?"}}]}})",
+          name)));
+  std::fputs(example.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+// Waits for SIGINT/SIGTERM, then drains: no new connections, the requests in
+// flight get up to shutdown_timeout seconds (a second signal cuts it short),
+// then what still runs is aborted.
+void wait_and_drain(const sigset_t& signals, serve::ServingCore& core, serve::HttpServer& http,
+                    double shutdown_timeout) {
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::warn(
+      "received {}: stopping (no new connections; {} requests in flight, waiting up to {:.0f} s)",
+      sig == SIGTERM ? "SIGTERM" : "SIGINT", core.active_requests(), shutdown_timeout);
+  core.set_draining();
+  http.stop_accepting();
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout * 1000));
+  bool idle = false;
+  while (!idle) {
+    auto step =
+        std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+    idle = core.wait_idle(step);
+    if (idle || std::chrono::steady_clock::now() >= deadline) break;
+    timespec zero{0, 0};
+    if (sigtimedwait(&signals, nullptr, &zero) > 0) {
+      spdlog::warn("second signal: aborting what is still running");
+      break;
+    }
+  }
+  if (!idle) {
+    core.abort_all("shutdown deadline reached");
+    core.wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  }
+}
+
+void run_serve(const CLI::App& cmd, const ServeOptions& in) {
+  ServeOptions o = in;
+  const auto env = serve::process_environment();
+  const bool sm = sagemaker_mode(o, env);
+  if (sm) apply_sagemaker_address(cmd, env, o);
 
   Plan plan = plan_models(cmd, o, sm);
   if (o.check_config) {
@@ -334,45 +394,9 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   }
   core->set_ready();
 
-  std::vector<std::string> names;
-  for (const auto& m : core->served_models()) names.push_back(m->name());
-  const auto& name = names.front();
-  // Double quotes, so the shell expands the variable.
-  std::string auth = api_key.empty() ? "" : " -H \"Authorization: Bearer $HALO_API_KEY\"";
-  std::string example = fmt::format(
-      "halo serve: {} ready at {}/v1 (also KServe v2 at {}/v2/models/NAME/generate and SageMaker at "
-      "{}/invocations)\n"
-      "  curl {}/v1/chat/completions -H 'Content-Type: application/json'{} \\\n"
-      "    -d {}\n",
-      fmt::join(names, ", "), url, url, url, url, auth,
-      single_quoted(fmt::format(R"({{"model": "{}", "messages": [{{"role": "user", "content": "What is curl?"}}]}})",
-                                name)));
-  std::fputs(example.c_str(), stdout);
-  std::fflush(stdout);
+  print_ready(*core, url, api_key);
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  spdlog::warn("received {}: stopping (no new connections; {} requests in flight, waiting up to {:.0f} s)",
-               sig == SIGTERM ? "SIGTERM" : "SIGINT", core->active_requests(), o.shutdown_timeout);
-  core->set_draining();
-  http->stop_accepting();
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000));
-  bool idle = false;
-  while (!idle) {
-    auto step = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
-    idle = core->wait_idle(step);
-    if (idle || std::chrono::steady_clock::now() >= deadline) break;
-    timespec zero{0, 0};
-    if (sigtimedwait(&signals, nullptr, &zero) > 0) {
-      spdlog::warn("second signal: aborting what is still running");
-      break;
-    }
-  }
-  if (!idle) {
-    core->abort_all("shutdown deadline reached");
-    core->wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
-  }
+  wait_and_drain(signals, *core, *http, o.shutdown_timeout);
   // Let the last bytes of the responses leave before the sockets close.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   http->stop();  // no handler runs after this

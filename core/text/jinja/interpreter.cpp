@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <string_view>
 
 #include <utf8proc.h>
 
@@ -570,34 +571,9 @@ Interpreter::Flow Interpreter::exec_node(const Node& n, const ScopePtr& scope, s
     case Node::K::Macro:
       scope->vars[n.name] = make_macro(n, scope);
       return Flow::Normal;
-    case Node::K::CallBlock: {
-      // caller() renders the block body in the current scope.
-      std::weak_ptr<Scope> weak = scope;
-      const Node* node = &n;
-      Value caller = Value::function("caller", [this, weak, node](Interpreter& I, Args& a) -> Value {
-        auto parent = weak.lock();
-        if (!parent) I.fail("caller() used outside of its call block");
-        auto s = std::make_shared<Scope>();
-        s->parent = parent;
-        for (std::size_t i = 0; i < node->params.size(); ++i) {
-          const auto& [pname, def] = node->params[i];
-          const Value* v = arg(a, i, pname.c_str());
-          s->vars[pname] = v ? *v : (def ? eval(*def, s) : Value::undefined("'" + pname + "' is undefined"));
-        }
-        std::string buf;
-        exec(node->body, s, buf);
-        return Value(std::move(buf));
-      });
-      const Expr& call_expr = *n.expr;
-      Value fn = eval(*call_expr.children[0], scope);
-      Args args;
-      for (std::size_t i = 1; i < call_expr.children.size(); ++i) args.pos.push_back(eval(*call_expr.children[i], scope));
-      for (const auto& [k, e] : call_expr.kwargs) args.kw.emplace_back(k, eval(*e, scope));
-      args.kw.emplace_back("caller", caller);
-      line_ = n.line;
-      emit(out, call(fn, args).to_str());
+    case Node::K::CallBlock:
+      exec_call_block(n, scope, out);
       return Flow::Normal;
-    }
     case Node::K::With: {
       auto inner = std::make_shared<Scope>();
       inner->parent = scope;
@@ -612,6 +588,35 @@ Interpreter::Flow Interpreter::exec_node(const Node& n, const ScopePtr& scope, s
       return Flow::Continue;
   }
   return Flow::Normal;
+}
+
+// {% call fn(args) %}body{% endcall %}: calls fn with a `caller` keyword, a
+// function that renders the body.
+void Interpreter::exec_call_block(const Node& n, const ScopePtr& scope, std::string& out) {
+  // caller() renders the block body in the current scope.
+  std::weak_ptr<Scope> weak = scope;
+  const Node* node = &n;
+  Value caller = Value::function("caller", [this, weak, node](Interpreter& I, Args& a) -> Value {
+    auto parent = weak.lock();
+    if (!parent) I.fail("caller() used outside of its call block");
+    auto s = std::make_shared<Scope>();
+    s->parent = parent;
+    for (std::size_t i = 0; i < node->params.size(); ++i) {
+      const auto& [pname, def] = node->params[i];
+      const Value* v = arg(a, i, pname.c_str());
+      s->vars[pname] =
+          v ? *v : (def ? eval(*def, s) : Value::undefined("'" + pname + "' is undefined"));
+    }
+    std::string buf;
+    exec(node->body, s, buf);
+    return Value(std::move(buf));
+  });
+  const Expr& call_expr = *n.expr;
+  Value fn = eval(*call_expr.children[0], scope);
+  Args args = eval_args(call_expr, scope);
+  args.kw.emplace_back("caller", caller);
+  line_ = n.line;
+  emit(out, call(fn, args).to_str());
 }
 
 // ===================================================================== statements
@@ -796,77 +801,26 @@ Value Interpreter::eval_expr(const Expr& e, const ScopePtr& scope) {
       if (v.is_undefined()) fail_undefined(*this, v);
       return getitem(v, k);
     }
-    case Expr::K::Slice: {
-      Value v = eval(*e.children[0], scope);
-      Value parts[3];
-      for (int i = 0; i < 3; ++i)
-        parts[i] = e.children[i + 1] ? eval(*e.children[i + 1], scope) : Value::none();
-      line_ = e.line;
-      if (v.is_undefined()) fail_undefined(*this, v);
-      for (const auto& p : parts)
-        if (!p.is_none() && !(p.is_int() || p.is_bool())) fail("slice indices must be integers or None");
-      try {
-        if (v.is_string()) {
-          std::u32string u = utf8_decode(v.str());
-          std::u32string r;
-          for (auto i : slice_indices(static_cast<std::int64_t>(u.size()), parts[0], parts[1], parts[2])) r += u[i];
-          return Value(utf8_encode(r));
-        }
-        if (v.is_sequence_like()) {
-          const List& l = v.items();
-          List r;
-          for (auto i : slice_indices(static_cast<std::int64_t>(l.size()), parts[0], parts[1], parts[2])) r.push_back(l[i]);
-          return v.is_tuple() ? Value::tuple(std::move(r)) : Value::list(std::move(r));
-        }
-      } catch (const std::invalid_argument& ex) {
-        fail(ex.what());
-      }
-      return Value::undefined("'" + v.type_name() + " object' is not subscriptable");
-    }
-    case Expr::K::Call: {
-      const Expr& callee = *e.children[0];
-      Value fn;
-      if (callee.k == Expr::K::Attr) {
-        Value obj = eval(*callee.children[0], scope);
-        line_ = e.line;
-        if (obj.is_undefined()) fail_undefined(*this, obj);
-        fn = getattr(obj, callee.name);
-      } else {
-        fn = eval(callee, scope);
-      }
-      Args args;
-      for (std::size_t i = 1; i < e.children.size(); ++i) args.pos.push_back(eval(*e.children[i], scope));
-      for (const auto& [k, x] : e.kwargs) args.kw.emplace_back(k, eval(*x, scope));
-      line_ = e.line;
-      return call(fn, args);
-    }
+    case Expr::K::Slice:
+      return eval_slice(e, scope);
+    case Expr::K::Call:
+      return eval_call(e, scope);
     case Expr::K::Filter: {
       Value input;
       if (e.children[0]) input = eval(*e.children[0], scope);
       else if (block_input_) input = *block_input_;
-      Args args;
-      for (std::size_t i = 1; i < e.children.size(); ++i) args.pos.push_back(eval(*e.children[i], scope));
-      for (const auto& [k, x] : e.kwargs) args.kw.emplace_back(k, eval(*x, scope));
+      Args args = eval_args(e, scope);
       line_ = e.line;
       return apply_filter(e.name, std::move(input), args);
     }
     case Expr::K::Test: {
       Value input = eval(*e.children[0], scope);
-      Args args;
-      for (std::size_t i = 1; i < e.children.size(); ++i) args.pos.push_back(eval(*e.children[i], scope));
-      for (const auto& [k, x] : e.kwargs) args.kw.emplace_back(k, eval(*x, scope));
+      Args args = eval_args(e, scope);
       line_ = e.line;
       return Value(apply_test(e.name, input, args) != e.negated);
     }
-    case Expr::K::Unary: {
-      Value v = eval(*e.children[0], scope);
-      line_ = e.line;
-      if (e.op == "not") return Value(!v.truthy());
-      if (v.is_undefined()) fail_undefined(*this, v);
-      if (!v.is_number()) fail("bad operand type for unary " + e.op + ": '" + v.type_name() + "'");
-      if (e.op == "+") return v.is_float() ? Value(v.as_float()) : Value(v.as_int());
-      return v.is_float() ? Value(-v.as_float()) : Value(-v.as_int());
-    }
+    case Expr::K::Unary:
+      return eval_unary(e, scope);
     case Expr::K::Binary: {
       Value a = eval(*e.children[0], scope);
       Value b = eval(*e.children[1], scope);
@@ -900,6 +854,130 @@ Value Interpreter::eval_expr(const Expr& e, const ScopePtr& scope) {
     }
   }
   return Value();
+}
+
+// not x, +x, -x.
+Value Interpreter::eval_unary(const Expr& e, const ScopePtr& scope) {
+  Value v = eval(*e.children[0], scope);
+  line_ = e.line;
+  if (e.op == "not") return Value(!v.truthy());
+  if (v.is_undefined()) fail_undefined(*this, v);
+  if (!v.is_number()) fail("bad operand type for unary " + e.op + ": '" + v.type_name() + "'");
+  if (e.op == "+") return v.is_float() ? Value(v.as_float()) : Value(v.as_int());
+  return v.is_float() ? Value(-v.as_float()) : Value(-v.as_int());
+}
+
+// The arguments of a call, filter or test: children 1.. then the keywords.
+Args Interpreter::eval_args(const Expr& e, const ScopePtr& scope) {
+  Args args;
+  for (std::size_t i = 1; i < e.children.size(); ++i)
+    args.pos.push_back(eval(*e.children[i], scope));
+  for (const auto& [k, x] : e.kwargs) args.kw.emplace_back(k, eval(*x, scope));
+  return args;
+}
+
+// obj.method(...) looks the method up on the evaluated object; any other
+// callee is an expression.
+Value Interpreter::eval_call(const Expr& e, const ScopePtr& scope) {
+  const Expr& callee = *e.children[0];
+  Value fn;
+  if (callee.k == Expr::K::Attr) {
+    Value obj = eval(*callee.children[0], scope);
+    line_ = e.line;
+    if (obj.is_undefined()) fail_undefined(*this, obj);
+    fn = getattr(obj, callee.name);
+  } else {
+    fn = eval(callee, scope);
+  }
+  Args args = eval_args(e, scope);
+  line_ = e.line;
+  return call(fn, args);
+}
+
+// v[start:stop:step] on a string (by code point), list or tuple.
+Value Interpreter::eval_slice(const Expr& e, const ScopePtr& scope) {
+  Value v = eval(*e.children[0], scope);
+  Value parts[3];
+  for (int i = 0; i < 3; ++i)
+    parts[i] = e.children[i + 1] ? eval(*e.children[i + 1], scope) : Value::none();
+  line_ = e.line;
+  if (v.is_undefined()) fail_undefined(*this, v);
+  for (const auto& p : parts)
+    if (!p.is_none() && !(p.is_int() || p.is_bool()))
+      fail("slice indices must be integers or None");
+  try {
+    if (v.is_string()) {
+      std::u32string u = utf8_decode(v.str());
+      std::u32string r;
+      for (auto i :
+           slice_indices(static_cast<std::int64_t>(u.size()), parts[0], parts[1], parts[2]))
+        r += u[i];
+      return Value(utf8_encode(r));
+    }
+    if (v.is_sequence_like()) {
+      const List& l = v.items();
+      List r;
+      for (auto i :
+           slice_indices(static_cast<std::int64_t>(l.size()), parts[0], parts[1], parts[2]))
+        r.push_back(l[i]);
+      return v.is_tuple() ? Value::tuple(std::move(r)) : Value::list(std::move(r));
+    }
+  } catch (const std::invalid_argument& ex) {
+    fail(ex.what());
+  }
+  return Value::undefined("'" + v.type_name() + " object' is not subscriptable");
+}
+
+// a * b where one is a string, list or tuple and the other an int: the
+// sequence repeated (empty if the count is <= 0).
+Value Interpreter::multiply_sequence(const std::string& op, const Value& a, const Value& b) {
+  const Value* seq = nullptr;
+  const Value* cnt = nullptr;
+  if ((a.is_string() || a.is_sequence_like()) && (b.is_int() || b.is_bool())) {
+    seq = &a;
+    cnt = &b;
+  } else if ((b.is_string() || b.is_sequence_like()) && (a.is_int() || a.is_bool())) {
+    seq = &b;
+    cnt = &a;
+  }
+  if (!seq) {
+    if (a.is_string() || b.is_string())
+      fail("can't multiply sequence by non-int of type '" + (a.is_string() ? b : a).type_name() +
+           "'");
+    fail("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" +
+         b.type_name() + "'");
+  }
+  return repeat(*seq, *cnt);
+}
+
+// seq * n: a string, list or tuple repeated n times (none if n <= 0).
+Value Interpreter::repeat(const Value& seq, const Value& cnt) {
+  std::int64_t n = std::max<std::int64_t>(0, cnt.as_int());
+  // Size checked before building: n * size may not even fit in size_t.
+  const std::size_t unit = seq.is_string() ? seq.str().size() : copy_bytes(seq.items());
+  if (n > 0 && unit > 0 && static_cast<std::size_t>(n) > limits_.max_output_bytes / unit)
+    check_size(limits_.max_output_bytes + 1);
+  produced(static_cast<std::size_t>(n) * unit);
+  if (seq.is_string()) {
+    std::string r;
+    for (std::int64_t i = 0; i < n; ++i) r += seq.str();
+    return Value(std::move(r));
+  }
+  List r;
+  for (std::int64_t i = 0; i < n; ++i) r.insert(r.end(), seq.items().begin(), seq.items().end());
+  return seq.is_tuple() ? Value::tuple(std::move(r)) : Value::list(std::move(r));
+}
+
+// base ** ex for ex >= 0 by squaring, into r; false on overflow.
+static bool int_pow(std::int64_t base, std::int64_t ex, std::int64_t& r) {
+  r = 1;
+  bool overflow = false;
+  while (ex > 0 && !overflow) {
+    if (ex & 1) overflow |= __builtin_mul_overflow(r, base, &r);
+    ex >>= 1;
+    if (ex > 0) overflow |= __builtin_mul_overflow(base, base, &base);
+  }
+  return !overflow;
 }
 
 Value Interpreter::eval_binary(const std::string& op, const Value& a, const Value& b) {
@@ -952,33 +1030,7 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
       return Value(r);
     }
     if (nums) return Value(a.as_float() * b.as_float());
-    const Value* seq = nullptr;
-    const Value* cnt = nullptr;
-    if ((a.is_string() || a.is_sequence_like()) && (b.is_int() || b.is_bool())) {
-      seq = &a;
-      cnt = &b;
-    } else if ((b.is_string() || b.is_sequence_like()) && (a.is_int() || a.is_bool())) {
-      seq = &b;
-      cnt = &a;
-    }
-    if (!seq) {
-      if (a.is_string() || b.is_string()) fail("can't multiply sequence by non-int of type '" + (a.is_string() ? b : a).type_name() + "'");
-      type_err();
-    }
-    std::int64_t n = std::max<std::int64_t>(0, cnt->as_int());
-    // Size checked before building: n * size may not even fit in size_t.
-    const std::size_t unit = seq->is_string() ? seq->str().size() : copy_bytes(seq->items());
-    if (n > 0 && unit > 0 && static_cast<std::size_t>(n) > limits_.max_output_bytes / unit)
-      check_size(limits_.max_output_bytes + 1);
-    produced(static_cast<std::size_t>(n) * unit);
-    if (seq->is_string()) {
-      std::string r;
-      for (std::int64_t i = 0; i < n; ++i) r += seq->str();
-      return Value(std::move(r));
-    }
-    List r;
-    for (std::int64_t i = 0; i < n; ++i) r.insert(r.end(), seq->items().begin(), seq->items().end());
-    return seq->is_tuple() ? Value::tuple(std::move(r)) : Value::list(std::move(r));
+    return multiply_sequence(op, a, b);
   }
   if (op == "/") {
     if (!nums) type_err();
@@ -1009,14 +1061,8 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
   if (op == "**") {
     if (!nums) type_err();
     if (ints && b.as_int() >= 0) {
-      std::int64_t base = a.as_int(), ex = b.as_int(), r = 1;
-      bool overflow = false;
-      while (ex > 0 && !overflow) {
-        if (ex & 1) overflow |= __builtin_mul_overflow(r, base, &r);
-        ex >>= 1;
-        if (ex > 0) overflow |= __builtin_mul_overflow(base, base, &base);
-      }
-      if (!overflow) return Value(r);
+      std::int64_t r;
+      if (int_pow(a.as_int(), b.as_int(), r)) return Value(r);
       return Value(std::pow(a.as_float(), b.as_float()));
     }
     if (a.as_float() == 0.0 && b.as_float() < 0) fail("0.0 cannot be raised to a negative power");
@@ -1175,6 +1221,90 @@ std::int64_t cp_index(const std::string& s, std::size_t byte_pos) {
   return py_len(s.substr(0, byte_pos));
 }
 
+// str.isdigit() and the other is*() predicates (`name`).
+Value str_predicate(const std::string& s, const std::string& name) {
+  std::u32string u = utf8_decode(s);
+  if (u.empty()) return Value(false);
+  bool cased = false;
+  for (char32_t c : u) {
+    auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+    bool digit = cat == UTF8PROC_CATEGORY_ND;
+    bool alpha = is_alpha_cp(c);
+    if (name == "isdigit" && !digit) return Value(false);
+    if (name == "isalpha" && !alpha) return Value(false);
+    if (name == "isalnum" && !alpha && !digit) return Value(false);
+    if (name == "isspace" && !py_isspace(c)) return Value(false);
+    if (name == "islower") {
+      if (cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LT) return Value(false);
+      if (cat == UTF8PROC_CATEGORY_LL) cased = true;
+    }
+    if (name == "isupper") {
+      if (cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT) return Value(false);
+      if (cat == UTF8PROC_CATEGORY_LU) cased = true;
+    }
+  }
+  if (name == "islower" || name == "isupper") return Value(cased);
+  return Value(true);
+}
+
+// str.splitlines() without keepends: splits at \n, \r and \r\n.
+Value str_splitlines(const std::string& s) {
+  List out;
+  std::size_t b = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\n' || s[i] == '\r') {
+      out.emplace_back(s.substr(b, i - b));
+      if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
+      b = i + 1;
+    }
+  }
+  if (b < s.size()) out.emplace_back(s.substr(b));
+  return Value::list(std::move(out));
+}
+
+// str.center(), ljust(), rjust() and zfill() (`name`).
+Value str_pad(Interpreter& I, const std::string& s, const std::string& name, Args& a) {
+  const Value* w = arg(a, 0, "width");
+  if (!w || !(w->is_int() || w->is_bool())) I.fail(name + "() needs an integer width");
+  std::int64_t width = w->as_int(), len = py_len(s);
+  if (width > static_cast<std::int64_t>(1 << 24)) I.fail(name + "() width too large");
+  std::string fill = " ";
+  if (name == "zfill") fill = "0";
+  if (const Value* f = arg(a, 1, "fillchar"); f && f->is_string()) fill = f->str();
+  if (len >= width) return Value(s);
+  std::int64_t pad = width - len, left = 0;
+  if (name == "center")
+    left = pad / 2 + ((pad & width & 1) ? 1 : 0);
+  else if (name == "rjust" || name == "zfill")
+    left = pad;
+  std::string r;
+  for (std::int64_t i = 0; i < left; ++i) r += fill;
+  r += s;
+  for (std::int64_t i = 0; i < pad - left; ++i) r += fill;
+  return Value(std::move(r));
+}
+
+// str.startswith() and endswith() (`name`), with a string or a tuple of them.
+Value str_affix(Interpreter& I, const std::string& s, const std::string& name, Args& a) {
+  const Value* p = arg(a, 0, "prefix");
+  if (!p) I.fail(name + "() takes at least 1 argument (0 given)");
+  List cands;
+  if (p->is_sequence_like())
+    cands = p->items();
+  else
+    cands.push_back(*p);
+  for (const auto& c : cands) {
+    if (!c.is_string())
+      I.fail(name + " first arg must be str or a tuple of str, not " + c.type_name());
+    const std::string& x = c.str();
+    if (x.size() > s.size()) continue;
+    if (name == "startswith" ? s.compare(0, x.size(), x) == 0
+                             : s.compare(s.size() - x.size(), x.size(), x) == 0)
+      return Value(true);
+  }
+  return Value(false);
+}
+
 Value call_str_method(Interpreter& I, const std::string& s, const std::string& name, Args& a) {
   auto opt_str = [&](std::size_t pos, const char* kw) -> const Value* {
     const Value* v = arg(a, pos, kw);
@@ -1184,21 +1314,7 @@ Value call_str_method(Interpreter& I, const std::string& s, const std::string& n
   if (name == "strip") return Value(py_strip(s, opt_str(0, "chars"), true, true));
   if (name == "lstrip") return Value(py_strip(s, opt_str(0, "chars"), true, false));
   if (name == "rstrip") return Value(py_strip(s, opt_str(0, "chars"), false, true));
-  if (name == "startswith" || name == "endswith") {
-    const Value* p = arg(a, 0, "prefix");
-    if (!p) I.fail(name + "() takes at least 1 argument (0 given)");
-    List cands;
-    if (p->is_sequence_like()) cands = p->items();
-    else cands.push_back(*p);
-    for (const auto& c : cands) {
-      if (!c.is_string()) I.fail(name + " first arg must be str or a tuple of str, not " + c.type_name());
-      const std::string& x = c.str();
-      if (x.size() > s.size()) continue;
-      if (name == "startswith" ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0)
-        return Value(true);
-    }
-    return Value(false);
-  }
+  if (name == "startswith" || name == "endswith") return str_affix(I, s, name, a);
   if (name == "split" || name == "rsplit") {
     const Value* sep = opt_str(0, "sep");
     const Value* maxs = arg(a, 1, "maxsplit");
@@ -1254,62 +1370,12 @@ Value call_str_method(Interpreter& I, const std::string& s, const std::string& n
     for (std::size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
     return Value(n);
   }
-  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "islower" ||
-      name == "isupper") {
-    std::u32string u = utf8_decode(s);
-    if (u.empty()) return Value(false);
-    bool cased = false;
-    for (char32_t c : u) {
-      auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-      bool digit = cat == UTF8PROC_CATEGORY_ND;
-      bool alpha = is_alpha_cp(c);
-      if (name == "isdigit" && !digit) return Value(false);
-      if (name == "isalpha" && !alpha) return Value(false);
-      if (name == "isalnum" && !alpha && !digit) return Value(false);
-      if (name == "isspace" && !py_isspace(c)) return Value(false);
-      if (name == "islower") {
-        if (cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LT) return Value(false);
-        if (cat == UTF8PROC_CATEGORY_LL) cased = true;
-      }
-      if (name == "isupper") {
-        if (cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT) return Value(false);
-        if (cat == UTF8PROC_CATEGORY_LU) cased = true;
-      }
-    }
-    if (name == "islower" || name == "isupper") return Value(cased);
-    return Value(true);
-  }
-  if (name == "splitlines") {
-    List out;
-    std::size_t b = 0;
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '\n' || s[i] == '\r') {
-        out.emplace_back(s.substr(b, i - b));
-        if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-        b = i + 1;
-      }
-    }
-    if (b < s.size()) out.emplace_back(s.substr(b));
-    return Value::list(std::move(out));
-  }
-  if (name == "center" || name == "ljust" || name == "rjust" || name == "zfill") {
-    const Value* w = arg(a, 0, "width");
-    if (!w || !(w->is_int() || w->is_bool())) I.fail(name + "() needs an integer width");
-    std::int64_t width = w->as_int(), len = py_len(s);
-    if (width > static_cast<std::int64_t>(1 << 24)) I.fail(name + "() width too large");
-    std::string fill = " ";
-    if (name == "zfill") fill = "0";
-    if (const Value* f = arg(a, 1, "fillchar"); f && f->is_string()) fill = f->str();
-    if (len >= width) return Value(s);
-    std::int64_t pad = width - len, left = 0;
-    if (name == "center") left = pad / 2 + ((pad & width & 1) ? 1 : 0);
-    else if (name == "rjust" || name == "zfill") left = pad;
-    std::string r;
-    for (std::int64_t i = 0; i < left; ++i) r += fill;
-    r += s;
-    for (std::int64_t i = 0; i < pad - left; ++i) r += fill;
-    return Value(std::move(r));
-  }
+  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" ||
+      name == "islower" || name == "isupper")
+    return str_predicate(s, name);
+  if (name == "splitlines") return str_splitlines(s);
+  if (name == "center" || name == "ljust" || name == "rjust" || name == "zfill")
+    return str_pad(I, s, name, a);
   if (name == "removeprefix" || name == "removesuffix") {
     std::string x = str_arg(I, arg(a, 0, "prefix"), name.c_str());
     if (name == "removeprefix" && s.compare(0, x.size(), x) == 0 && x.size() <= s.size()) return Value(s.substr(x.size()));
@@ -1428,338 +1494,461 @@ Value sort_key(const Value& v, bool case_sensitive) {
   return v;
 }
 
+// A filter's implementation. `name` is the name it was called by: a few
+// filters share one (select/reject, sort/unique/max/min) and the errors name
+// the one used. `v` is the filter's input, passed on by value as
+// apply_filter got it (so `safe` and `default` return it without a copy).
+using FilterFn = Value (*)(Interpreter& I, const std::string& name, Value v, Args& a);
+
+Value filter_safe(Interpreter&, const std::string&, Value v, Args&) { return v; }
+Value filter_string(Interpreter&, const std::string&, Value v, Args&) { return Value(v.to_str()); }
+Value filter_trim(Interpreter&, const std::string&, Value v, Args& a) {
+  const Value* chars = arg(a, 0, "chars");
+  return Value(py_strip(v.to_str(), chars, true, true));
+}
+Value filter_upper(Interpreter&, const std::string&, Value v, Args&) {
+  return Value(py_upper(v.to_str()));
+}
+Value filter_lower(Interpreter&, const std::string&, Value v, Args&) {
+  return Value(py_lower(v.to_str()));
+}
+Value filter_capitalize(Interpreter&, const std::string&, Value v, Args&) {
+  return Value(py_capitalize(v.to_str()));
+}
+Value filter_title(Interpreter&, const std::string&, Value v, Args&) {
+  return Value(jinja_title(v.to_str()));
+}
+Value filter_escape(Interpreter&, const std::string&, Value v, Args&) {
+  return Value(html_escape(v.to_str()));
+}
+
+Value filter_length(Interpreter& I, const std::string&, Value v, Args&) {
+  switch (v.kind()) {
+    case Value::Kind::String:
+      return Value(py_len(v.str()));
+    case Value::Kind::List:
+    case Value::Kind::Tuple:
+      return Value(static_cast<std::int64_t>(v.items().size()));
+    case Value::Kind::Dict:
+      return Value(static_cast<std::int64_t>(v.dict_ref().entries.size()));
+    case Value::Kind::Undefined:
+      return Value(std::int64_t{0});
+    default:
+      I.fail("object of type '" + v.type_name() + "' has no len()");
+  }
+}
+
+Value filter_default(Interpreter&, const std::string&, Value v, Args& a) {
+  const Value* def = arg(a, 0, "default_value");
+  bool boolean = arg_bool(arg(a, 1, "boolean"), false);
+  if (v.is_undefined() || (boolean && !v.truthy())) return def ? *def : Value("");
+  return v;
+}
+
+Value filter_join(Interpreter& I, const std::string&, Value v, Args& a) {
+  const Value* sep = arg(a, 0, "d");
+  const Value* attribute = arg(a, 1, "attribute");
+  std::string d = sep ? sep->to_str() : "";
+  std::string r;
+  bool first = true;
+  for (auto& x : I.iterate(v)) {
+    if (!first) r += d;
+    first = false;
+    r += (attribute ? attr_path(I, x, *attribute, nullptr) : x).to_str();
+    I.check_size(r.size());
+  }
+  I.produced(r.size());
+  return Value(std::move(r));
+}
+
+Value filter_tojson(Interpreter& I, const std::string&, Value v, Args& a) {
+  JsonOptions o;
+  o.ensure_ascii = arg_bool(arg(a, 0, "ensure_ascii"), false);
+  const Value* indent = arg(a, 1, "indent");
+  const Value* seps = arg(a, 2, "separators");
+  o.sort_keys = arg_bool(arg(a, 3, "sort_keys"), false);
+  if (indent && !indent->is_none()) {
+    if (indent->is_string())
+      o.indent = indent->str();
+    else if (indent->is_int() || indent->is_bool())
+      o.indent = std::string(
+          static_cast<std::size_t>(std::clamp<std::int64_t>(indent->as_int(), 0, 1024)), ' ');
+    else
+      I.fail("tojson: indent must be an integer or a string");
+    o.item_separator = ",";
+  }
+  if (seps && !seps->is_none()) {
+    if (!seps->is_sequence_like() || seps->items().size() != 2 || !seps->items()[0].is_string() ||
+        !seps->items()[1].is_string())
+      I.fail("tojson: separators must be a pair of strings");
+    o.item_separator = seps->items()[0].str();
+    o.key_separator = seps->items()[1].str();
+  }
+  try {
+    return Value(to_json(v, o));
+  } catch (const std::invalid_argument& e) {
+    I.fail(e.what());
+  }
+}
+
+Value filter_items(Interpreter& I, const std::string&, Value v, Args&) {
+  if (v.is_undefined()) return Value::list();
+  if (!v.is_mapping()) I.fail("Can only get item pairs from a mapping.");
+  List r;
+  for (const auto& [k, x] : v.dict_ref().entries) r.push_back(Value::tuple({k, x}));
+  return Value::list(std::move(r));
+}
+
+Value filter_list(Interpreter& I, const std::string&, Value v, Args&) {
+  return Value::list(I.iterate(v));
+}
+
+Value filter_first(Interpreter& I, const std::string&, Value v, Args&) {
+  if (v.is_undefined()) return Value::undefined("No first item, sequence was empty.");
+  List items = I.iterate(v);
+  if (items.empty()) return Value::undefined("No first item, sequence was empty.");
+  return items.front();
+}
+
+Value filter_last(Interpreter& I, const std::string&, Value v, Args&) {
+  if (v.is_undefined()) return Value::undefined("No last item, sequence was empty.");
+  List items = I.iterate(v);
+  if (items.empty()) return Value::undefined("No last item, sequence was empty.");
+  return items.back();
+}
+
+Value filter_reverse(Interpreter& I, const std::string&, Value v, Args&) {
+  if (v.is_string()) {
+    std::u32string u = utf8_decode(v.str());
+    std::reverse(u.begin(), u.end());
+    return Value(utf8_encode(u));
+  }
+  List items = I.iterate(v);
+  std::reverse(items.begin(), items.end());
+  return Value::list(std::move(items));
+}
+
+Value filter_int(Interpreter&, const std::string&, Value v, Args& a) {
+  const Value* def = arg(a, 0, "default");
+  return to_int(v, def ? *def : Value(std::int64_t{0}));
+}
+
+Value filter_float(Interpreter&, const std::string&, Value v, Args& a) {
+  const Value* def = arg(a, 0, "default");
+  return to_float(v, def ? *def : Value(0.0));
+}
+
+Value filter_abs(Interpreter& I, const std::string&, Value v, Args&) {
+  if (v.is_undefined()) fail_undefined(I, v);
+  if (v.is_float()) return Value(std::fabs(v.as_float()));
+  if (v.is_number()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+  I.fail("bad operand type for abs(): '" + v.type_name() + "'");
+}
+
+Value filter_round(Interpreter& I, const std::string&, Value v, Args& a) {
+  const Value* pv = arg(a, 0, "precision");
+  const Value* mv = arg(a, 1, "method");
+  std::int64_t p = pv ? pv->as_int() : 0;
+  std::string method = mv ? mv->to_str() : "common";
+  if (v.is_undefined()) fail_undefined(I, v);
+  if (!v.is_number()) I.fail("type " + v.type_name() + " doesn't define __round__ method");
+  if (method != "common" && method != "ceil" && method != "floor")
+    I.fail("method must be common, ceil or floor");
+  if (method == "common") {
+    if (!v.is_float()) {
+      if (p >= 0) return Value(v.as_int());
+    }
+    p = std::clamp<std::int64_t>(p, -300, 300);
+    char buf[512];
+    if (p >= 0) {
+      std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(std::min<std::int64_t>(p, 100)),
+                    v.as_float());
+      return Value(std::strtod(buf, nullptr));
+    }
+    double scale = std::pow(10.0, static_cast<double>(-p));
+    return Value(std::nearbyint(v.as_float() / scale) * scale);
+  }
+  double scale = std::pow(10.0, static_cast<double>(p));
+  double x = v.as_float() * scale;
+  return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
+}
+
+Value filter_replace(Interpreter& I, const std::string&, Value v, Args& a) {
+  const Value* o = arg(a, 0, "old");
+  const Value* n = arg(a, 1, "new");
+  const Value* c = arg(a, 2, "count");
+  if (!o || !n) I.fail("replace filter needs old and new");
+  std::string r =
+      py_replace(v.to_str(), o->to_str(), n->to_str(), (c && !c->is_none()) ? c->as_int() : -1);
+  I.produced(r.size());
+  return Value(std::move(r));
+}
+
+Value filter_indent(Interpreter& I, const std::string&, Value v, Args& a) {
+  const Value* wv = arg(a, 0, "width");
+  bool first = arg_bool(arg(a, 1, "first"), false);
+  bool blank = arg_bool(arg(a, 2, "blank"), false);
+  std::string ind = "    ";
+  if (wv)
+    ind = wv->is_string()
+              ? wv->str()
+              : std::string(
+                    static_cast<std::size_t>(std::clamp<std::int64_t>(wv->as_int(), 0, 1024)), ' ');
+  std::string s = v.to_str() + "\n";
+  Args no_args;
+  Value lines = call_str_method(I, s, "splitlines", no_args);
+  std::string rv;
+  const List& ls = lines.items();
+  if (blank) {
+    for (std::size_t i = 0; i < ls.size(); ++i) {
+      if (i) rv += "\n" + ind;
+      rv += ls[i].str();
+    }
+  } else if (!ls.empty()) {
+    rv = ls[0].str();
+    for (std::size_t i = 1; i < ls.size(); ++i) {
+      rv += "\n";
+      if (!ls[i].str().empty()) rv += ind;
+      rv += ls[i].str();
+    }
+  }
+  if (first) rv = ind + rv;
+  I.produced(rv.size());
+  return Value(std::move(rv));
+}
+
+Value filter_center(Interpreter& I, const std::string&, Value v, Args& a) {
+  const Value* w = arg(a, 0, "width");
+  Args ca;
+  ca.pos.push_back(w ? *w : Value(std::int64_t{80}));
+  return call_str_method(I, v.to_str(), "center", ca);
+}
+
+Value filter_wordcount(Interpreter&, const std::string&, Value v, Args&) {
+  std::int64_t n = 0;
+  bool in_word = false;
+  for (char32_t c : utf8_decode(v.to_str())) {
+    bool w = is_alpha_cp(c) ||
+             utf8proc_category(static_cast<utf8proc_int32_t>(c)) == UTF8PROC_CATEGORY_ND ||
+             c == '_';
+    if (w && !in_word) ++n;
+    in_word = w;
+  }
+  return Value(n);
+}
+
+Value filter_format(Interpreter& I, const std::string&, Value v, Args& a) {
+  if (!a.kw.empty() && !a.pos.empty())
+    I.fail("can't handle positional and keyword arguments at the same time");
+  if (!a.kw.empty()) {
+    Value d = Value::dict();
+    for (const auto& [k, x] : a.kw) d.dict_ref().set(Value(k), x);
+    return Value(percent_format(I, v.to_str(), d));
+  }
+  return Value(percent_format(I, v.to_str(), Value::tuple(a.pos)));
+}
+
+Value filter_attr(Interpreter& I, const std::string&, Value v, Args& a) {
+  // Python getattr only: dict keys are not attributes.
+  const Value* n = arg(a, 0, "name");
+  if (!n || !n->is_string()) I.fail("attr filter needs a name");
+  if (v.is_undefined()) fail_undefined(I, v);
+  if (v.is_dict() && !in_list(kDictMethods, n->str()))
+    return Value::undefined("'dict object' has no attribute '" + n->str() + "'");
+  return I.getattr(v, n->str());
+}
+
+Value filter_map(Interpreter& I, const std::string&, Value v, Args& a) {
+  List out;
+  List items = I.iterate(v);
+  if (a.pos.empty()) {
+    const Value* attribute = arg(a, SIZE_MAX, "attribute");
+    if (!attribute) I.fail("map requires a filter name or attribute=");
+    const Value* def = arg(a, SIZE_MAX, "default");
+    for (auto& x : items) out.push_back(attr_path(I, x, *attribute, def));
+    return Value::list(std::move(out));
+  }
+  if (!a.pos[0].is_string()) I.fail("map: filter name must be a string");
+  std::string fname = a.pos[0].str();
+  if (!Interpreter::has_filter(fname)) I.fail("No filter named '" + fname + "'.");
+  for (auto& x : items) {
+    Args fa;
+    fa.pos.assign(a.pos.begin() + 1, a.pos.end());
+    fa.kw = a.kw;
+    out.push_back(I.apply_filter(fname, x, fa));
+  }
+  return Value::list(std::move(out));
+}
+
+// select, reject, selectattr, rejectattr.
+Value filter_select(Interpreter& I, const std::string& name, Value v, Args& a) {
+  bool by_attr = name == "selectattr" || name == "rejectattr";
+  bool want = name == "select" || name == "selectattr";
+  std::size_t ti = 0;
+  Value attribute;
+  if (by_attr) {
+    if (a.pos.empty()) I.fail(name + " requires an attribute name");
+    attribute = a.pos[0];
+    ti = 1;
+  }
+  std::string test;
+  Args ta;
+  if (a.pos.size() > ti) {
+    if (!a.pos[ti].is_string()) I.fail(name + ": test name must be a string");
+    test = a.pos[ti].str();
+    if (!Interpreter::has_test(test)) I.fail("No test named '" + test + "'.");
+    ta.pos.assign(a.pos.begin() + static_cast<std::ptrdiff_t>(ti) + 1, a.pos.end());
+    ta.kw = a.kw;
+  }
+  List out;
+  for (auto& x : I.iterate(v)) {
+    Value subject = by_attr ? attr_path(I, x, attribute, nullptr) : x;
+    bool ok = test.empty() ? subject.truthy() : I.apply_test(test, subject, ta);
+    if (ok == want) out.push_back(x);
+  }
+  return Value::list(std::move(out));
+}
+
+// The items of `items` whose keys (`keyed`: key, index) are not equal to an
+// earlier one's.
+Value unique_items(const List& items, const std::vector<std::pair<Value, std::size_t>>& keyed) {
+  List out;
+  List seen;
+  for (auto& [k, i] : keyed) {
+    bool dup = false;
+    for (const auto& s : seen) dup = dup || equals(s, k);
+    if (!dup) {
+      seen.push_back(k);
+      out.push_back(items[i]);
+    }
+  }
+  return Value::list(std::move(out));
+}
+
+// sort, unique, max, min: all compare the items by key (an attribute, folded
+// to lower case unless case_sensitive).
+Value filter_sort(Interpreter& I, const std::string& name, Value v, Args& a) {
+  bool reverse = name == "sort" && arg_bool(arg(a, 0, "reverse"), false);
+  bool cs = arg_bool(arg(a, name == "sort" ? 1 : 0, "case_sensitive"), false);
+  const Value* attribute = arg(a, name == "sort" ? 2 : 1, "attribute");
+  List items = I.iterate(v);
+  std::vector<std::pair<Value, std::size_t>> keyed;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    Value k =
+        attribute && !attribute->is_none() ? attr_path(I, items[i], *attribute, nullptr) : items[i];
+    keyed.emplace_back(sort_key(k, cs), i);
+  }
+  try {
+    if (name == "unique") return unique_items(items, keyed);
+    if (name == "max" || name == "min") {
+      if (keyed.empty()) return Value::undefined("No aggregated item, sequence was empty.");
+      std::size_t best = 0;
+      for (std::size_t i = 1; i < keyed.size(); ++i) {
+        bool better = name == "max" ? less_than(keyed[best].first, keyed[i].first)
+                                    : less_than(keyed[i].first, keyed[best].first);
+        if (better) best = i;
+      }
+      return items[keyed[best].second];
+    }
+    std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+      return reverse ? less_than(y.first, x.first) : less_than(x.first, y.first);
+    });
+  } catch (const std::invalid_argument& e) {
+    I.fail(e.what());
+  }
+  List out;
+  for (auto& [k, i] : keyed) out.push_back(items[i]);
+  return Value::list(std::move(out));
+}
+
+Value filter_dictsort(Interpreter& I, const std::string&, Value v, Args& a) {
+  if (!v.is_mapping()) I.fail("dictsort: expected a mapping, got " + v.type_name());
+  bool cs = arg_bool(arg(a, 0, "case_sensitive"), false);
+  const Value* by = arg(a, 1, "by");
+  bool reverse = arg_bool(arg(a, 2, "reverse"), false);
+  bool by_value = by && by->is_string() && by->str() == "value";
+  List pairs;
+  for (const auto& [k, x] : v.dict_ref().entries) pairs.push_back(Value::tuple({k, x}));
+  try {
+    std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& x, const Value& y) {
+      Value kx = sort_key(x.items()[by_value ? 1 : 0], cs),
+            ky = sort_key(y.items()[by_value ? 1 : 0], cs);
+      return reverse ? less_than(ky, kx) : less_than(kx, ky);
+    });
+  } catch (const std::invalid_argument& e) {
+    I.fail(e.what());
+  }
+  return Value::list(std::move(pairs));
+}
+
+Value filter_sum(Interpreter& I, const std::string&, Value v, Args& a) {
+  const Value* attribute = arg(a, 0, "attribute");
+  const Value* start = arg(a, 1, "start");
+  Value acc = start ? *start : Value(std::int64_t{0});
+  for (auto& x : I.iterate(v))
+    acc = I.eval_binary("+", acc, attribute ? attr_path(I, x, *attribute, nullptr) : x);
+  return acc;
+}
+
+// Filter name -> implementation (has_filter's kFilters lists the same names).
+const std::unordered_map<std::string_view, FilterFn>& filter_table() {
+  static const std::unordered_map<std::string_view, FilterFn> table = {
+      {"safe", filter_safe},
+      {"string", filter_string},
+      {"trim", filter_trim},
+      {"upper", filter_upper},
+      {"lower", filter_lower},
+      {"capitalize", filter_capitalize},
+      {"title", filter_title},
+      {"e", filter_escape},
+      {"escape", filter_escape},
+      {"forceescape", filter_escape},
+      {"length", filter_length},
+      {"count", filter_length},
+      {"default", filter_default},
+      {"d", filter_default},
+      {"join", filter_join},
+      {"tojson", filter_tojson},
+      {"items", filter_items},
+      {"list", filter_list},
+      {"first", filter_first},
+      {"last", filter_last},
+      {"reverse", filter_reverse},
+      {"int", filter_int},
+      {"float", filter_float},
+      {"abs", filter_abs},
+      {"round", filter_round},
+      {"replace", filter_replace},
+      {"indent", filter_indent},
+      {"center", filter_center},
+      {"wordcount", filter_wordcount},
+      {"format", filter_format},
+      {"attr", filter_attr},
+      {"map", filter_map},
+      {"select", filter_select},
+      {"reject", filter_select},
+      {"selectattr", filter_select},
+      {"rejectattr", filter_select},
+      {"sort", filter_sort},
+      {"unique", filter_sort},
+      {"max", filter_sort},
+      {"min", filter_sort},
+      {"dictsort", filter_dictsort},
+      {"sum", filter_sum},
+  };
+  return table;
+}
+
 }  // namespace
 
 bool Interpreter::has_filter(const std::string& name) { return in_list(kFilters, name); }
 bool Interpreter::has_test(const std::string& name) { return in_list(kTests, name); }
 
 Value Interpreter::apply_filter(const std::string& name, Value v, Args& a) {
-  const Value* a0 = a.pos.size() > 0 ? &a.pos[0] : nullptr;
-  (void)a0;
-  auto need_str = [&]() { return v.to_str(); };
-
-  if (name == "safe") return v;
-  if (name == "string") return Value(v.to_str());
-  if (name == "trim") {
-    const Value* chars = arg(a, 0, "chars");
-    return Value(py_strip(need_str(), chars, true, true));
-  }
-  if (name == "upper") return Value(py_upper(need_str()));
-  if (name == "lower") return Value(py_lower(need_str()));
-  if (name == "capitalize") return Value(py_capitalize(need_str()));
-  if (name == "title") return Value(jinja_title(need_str()));
-  if (name == "e" || name == "escape" || name == "forceescape") return Value(html_escape(need_str()));
-  if (name == "length" || name == "count") {
-    switch (v.kind()) {
-      case Value::Kind::String: return Value(py_len(v.str()));
-      case Value::Kind::List:
-      case Value::Kind::Tuple: return Value(static_cast<std::int64_t>(v.items().size()));
-      case Value::Kind::Dict: return Value(static_cast<std::int64_t>(v.dict_ref().entries.size()));
-      case Value::Kind::Undefined: return Value(std::int64_t{0});
-      default: fail("object of type '" + v.type_name() + "' has no len()");
-    }
-  }
-  if (name == "default" || name == "d") {
-    const Value* def = arg(a, 0, "default_value");
-    bool boolean = arg_bool(arg(a, 1, "boolean"), false);
-    if (v.is_undefined() || (boolean && !v.truthy())) return def ? *def : Value("");
-    return v;
-  }
-  if (name == "join") {
-    const Value* sep = arg(a, 0, "d");
-    const Value* attribute = arg(a, 1, "attribute");
-    std::string d = sep ? sep->to_str() : "";
-    std::string r;
-    bool first = true;
-    for (auto& x : iterate(v)) {
-      if (!first) r += d;
-      first = false;
-      r += (attribute ? attr_path(*this, x, *attribute, nullptr) : x).to_str();
-      check_size(r.size());
-    }
-    produced(r.size());
-    return Value(std::move(r));
-  }
-  if (name == "tojson") {
-    JsonOptions o;
-    o.ensure_ascii = arg_bool(arg(a, 0, "ensure_ascii"), false);
-    const Value* indent = arg(a, 1, "indent");
-    const Value* seps = arg(a, 2, "separators");
-    o.sort_keys = arg_bool(arg(a, 3, "sort_keys"), false);
-    if (indent && !indent->is_none()) {
-      if (indent->is_string()) o.indent = indent->str();
-      else if (indent->is_int() || indent->is_bool()) o.indent = std::string(static_cast<std::size_t>(std::clamp<std::int64_t>(indent->as_int(), 0, 1024)), ' ');
-      else fail("tojson: indent must be an integer or a string");
-      o.item_separator = ",";
-    }
-    if (seps && !seps->is_none()) {
-      if (!seps->is_sequence_like() || seps->items().size() != 2 || !seps->items()[0].is_string() || !seps->items()[1].is_string())
-        fail("tojson: separators must be a pair of strings");
-      o.item_separator = seps->items()[0].str();
-      o.key_separator = seps->items()[1].str();
-    }
-    try {
-      return Value(to_json(v, o));
-    } catch (const std::invalid_argument& e) {
-      fail(e.what());
-    }
-  }
-  if (name == "items") {
-    if (v.is_undefined()) return Value::list();
-    if (!v.is_mapping()) fail("Can only get item pairs from a mapping.");
-    List r;
-    for (const auto& [k, x] : v.dict_ref().entries) r.push_back(Value::tuple({k, x}));
-    return Value::list(std::move(r));
-  }
-  if (name == "list") return Value::list(iterate(v));
-  if (name == "first") {
-    if (v.is_undefined()) return Value::undefined("No first item, sequence was empty.");
-    List items = iterate(v);
-    if (items.empty()) return Value::undefined("No first item, sequence was empty.");
-    return items.front();
-  }
-  if (name == "last") {
-    if (v.is_undefined()) return Value::undefined("No last item, sequence was empty.");
-    List items = iterate(v);
-    if (items.empty()) return Value::undefined("No last item, sequence was empty.");
-    return items.back();
-  }
-  if (name == "reverse") {
-    if (v.is_string()) {
-      std::u32string u = utf8_decode(v.str());
-      std::reverse(u.begin(), u.end());
-      return Value(utf8_encode(u));
-    }
-    List items = iterate(v);
-    std::reverse(items.begin(), items.end());
-    return Value::list(std::move(items));
-  }
-  if (name == "int") {
-    const Value* def = arg(a, 0, "default");
-    return to_int(v, def ? *def : Value(std::int64_t{0}));
-  }
-  if (name == "float") {
-    const Value* def = arg(a, 0, "default");
-    return to_float(v, def ? *def : Value(0.0));
-  }
-  if (name == "abs") {
-    if (v.is_undefined()) fail_undefined(*this, v);
-    if (v.is_float()) return Value(std::fabs(v.as_float()));
-    if (v.is_number()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
-    fail("bad operand type for abs(): '" + v.type_name() + "'");
-  }
-  if (name == "round") {
-    const Value* pv = arg(a, 0, "precision");
-    const Value* mv = arg(a, 1, "method");
-    std::int64_t p = pv ? pv->as_int() : 0;
-    std::string method = mv ? mv->to_str() : "common";
-    if (v.is_undefined()) fail_undefined(*this, v);
-    if (!v.is_number()) fail("type " + v.type_name() + " doesn't define __round__ method");
-    if (method != "common" && method != "ceil" && method != "floor") fail("method must be common, ceil or floor");
-    if (method == "common") {
-      if (!v.is_float()) {
-        if (p >= 0) return Value(v.as_int());
-      }
-      p = std::clamp<std::int64_t>(p, -300, 300);
-      char buf[512];
-      if (p >= 0) {
-        std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(std::min<std::int64_t>(p, 100)), v.as_float());
-        return Value(std::strtod(buf, nullptr));
-      }
-      double scale = std::pow(10.0, static_cast<double>(-p));
-      return Value(std::nearbyint(v.as_float() / scale) * scale);
-    }
-    double scale = std::pow(10.0, static_cast<double>(p));
-    double x = v.as_float() * scale;
-    return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
-  }
-  if (name == "replace") {
-    const Value* o = arg(a, 0, "old");
-    const Value* n = arg(a, 1, "new");
-    const Value* c = arg(a, 2, "count");
-    if (!o || !n) fail("replace filter needs old and new");
-    std::string r = py_replace(v.to_str(), o->to_str(), n->to_str(), (c && !c->is_none()) ? c->as_int() : -1);
-    produced(r.size());
-    return Value(std::move(r));
-  }
-  if (name == "indent") {
-    const Value* wv = arg(a, 0, "width");
-    bool first = arg_bool(arg(a, 1, "first"), false);
-    bool blank = arg_bool(arg(a, 2, "blank"), false);
-    std::string ind = "    ";
-    if (wv) ind = wv->is_string() ? wv->str() : std::string(static_cast<std::size_t>(std::clamp<std::int64_t>(wv->as_int(), 0, 1024)), ' ');
-    std::string s = v.to_str() + "\n";
-    Args no_args;
-    Value lines = call_str_method(*this, s, "splitlines", no_args);
-    std::string rv;
-    const List& ls = lines.items();
-    if (blank) {
-      for (std::size_t i = 0; i < ls.size(); ++i) {
-        if (i) rv += "\n" + ind;
-        rv += ls[i].str();
-      }
-    } else if (!ls.empty()) {
-      rv = ls[0].str();
-      for (std::size_t i = 1; i < ls.size(); ++i) {
-        rv += "\n";
-        if (!ls[i].str().empty()) rv += ind;
-        rv += ls[i].str();
-      }
-    }
-    if (first) rv = ind + rv;
-    produced(rv.size());
-    return Value(std::move(rv));
-  }
-  if (name == "center") {
-    const Value* w = arg(a, 0, "width");
-    Args ca;
-    ca.pos.push_back(w ? *w : Value(std::int64_t{80}));
-    return call_str_method(*this, v.to_str(), "center", ca);
-  }
-  if (name == "wordcount") {
-    std::int64_t n = 0;
-    bool in_word = false;
-    for (char32_t c : utf8_decode(v.to_str())) {
-      bool w = is_alpha_cp(c) || utf8proc_category(static_cast<utf8proc_int32_t>(c)) == UTF8PROC_CATEGORY_ND || c == '_';
-      if (w && !in_word) ++n;
-      in_word = w;
-    }
-    return Value(n);
-  }
-  if (name == "format") {
-    if (!a.kw.empty() && !a.pos.empty()) fail("can't handle positional and keyword arguments at the same time");
-    if (!a.kw.empty()) {
-      Value d = Value::dict();
-      for (const auto& [k, x] : a.kw) d.dict_ref().set(Value(k), x);
-      return Value(percent_format(*this, v.to_str(), d));
-    }
-    return Value(percent_format(*this, v.to_str(), Value::tuple(a.pos)));
-  }
-  if (name == "attr") {
-    // Python getattr only: dict keys are not attributes.
-    const Value* n = arg(a, 0, "name");
-    if (!n || !n->is_string()) fail("attr filter needs a name");
-    if (v.is_undefined()) fail_undefined(*this, v);
-    if (v.is_dict() && !in_list(kDictMethods, n->str())) return Value::undefined("'dict object' has no attribute '" + n->str() + "'");
-    return getattr(v, n->str());
-  }
-  if (name == "map") {
-    List out;
-    List items = iterate(v);
-    if (a.pos.empty()) {
-      const Value* attribute = arg(a, SIZE_MAX, "attribute");
-      if (!attribute) fail("map requires a filter name or attribute=");
-      const Value* def = arg(a, SIZE_MAX, "default");
-      for (auto& x : items) out.push_back(attr_path(*this, x, *attribute, def));
-      return Value::list(std::move(out));
-    }
-    if (!a.pos[0].is_string()) fail("map: filter name must be a string");
-    std::string fname = a.pos[0].str();
-    if (!has_filter(fname)) fail("No filter named '" + fname + "'.");
-    for (auto& x : items) {
-      Args fa;
-      fa.pos.assign(a.pos.begin() + 1, a.pos.end());
-      fa.kw = a.kw;
-      out.push_back(apply_filter(fname, x, fa));
-    }
-    return Value::list(std::move(out));
-  }
-  if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
-    bool by_attr = name == "selectattr" || name == "rejectattr";
-    bool want = name == "select" || name == "selectattr";
-    std::size_t ti = 0;
-    Value attribute;
-    if (by_attr) {
-      if (a.pos.empty()) fail(name + " requires an attribute name");
-      attribute = a.pos[0];
-      ti = 1;
-    }
-    std::string test;
-    Args ta;
-    if (a.pos.size() > ti) {
-      if (!a.pos[ti].is_string()) fail(name + ": test name must be a string");
-      test = a.pos[ti].str();
-      if (!has_test(test)) fail("No test named '" + test + "'.");
-      ta.pos.assign(a.pos.begin() + static_cast<std::ptrdiff_t>(ti) + 1, a.pos.end());
-      ta.kw = a.kw;
-    }
-    List out;
-    for (auto& x : iterate(v)) {
-      Value subject = by_attr ? attr_path(*this, x, attribute, nullptr) : x;
-      bool ok = test.empty() ? subject.truthy() : apply_test(test, subject, ta);
-      if (ok == want) out.push_back(x);
-    }
-    return Value::list(std::move(out));
-  }
-  if (name == "sort" || name == "unique" || name == "max" || name == "min") {
-    bool reverse = name == "sort" && arg_bool(arg(a, 0, "reverse"), false);
-    bool cs = arg_bool(arg(a, name == "sort" ? 1 : 0, "case_sensitive"), false);
-    const Value* attribute = arg(a, name == "sort" ? 2 : 1, "attribute");
-    List items = iterate(v);
-    std::vector<std::pair<Value, std::size_t>> keyed;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      Value k = attribute && !attribute->is_none() ? attr_path(*this, items[i], *attribute, nullptr) : items[i];
-      keyed.emplace_back(sort_key(k, cs), i);
-    }
-    try {
-      if (name == "unique") {
-        List out;
-        List seen;
-        for (auto& [k, i] : keyed) {
-          bool dup = false;
-          for (const auto& s : seen) dup = dup || equals(s, k);
-          if (!dup) {
-            seen.push_back(k);
-            out.push_back(items[i]);
-          }
-        }
-        return Value::list(std::move(out));
-      }
-      if (name == "max" || name == "min") {
-        if (keyed.empty()) return Value::undefined("No aggregated item, sequence was empty.");
-        std::size_t best = 0;
-        for (std::size_t i = 1; i < keyed.size(); ++i) {
-          bool better = name == "max" ? less_than(keyed[best].first, keyed[i].first) : less_than(keyed[i].first, keyed[best].first);
-          if (better) best = i;
-        }
-        return items[keyed[best].second];
-      }
-      std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
-        return reverse ? less_than(y.first, x.first) : less_than(x.first, y.first);
-      });
-    } catch (const std::invalid_argument& e) {
-      fail(e.what());
-    }
-    List out;
-    for (auto& [k, i] : keyed) out.push_back(items[i]);
-    return Value::list(std::move(out));
-  }
-  if (name == "dictsort") {
-    if (!v.is_mapping()) fail("dictsort: expected a mapping, got " + v.type_name());
-    bool cs = arg_bool(arg(a, 0, "case_sensitive"), false);
-    const Value* by = arg(a, 1, "by");
-    bool reverse = arg_bool(arg(a, 2, "reverse"), false);
-    bool by_value = by && by->is_string() && by->str() == "value";
-    List pairs;
-    for (const auto& [k, x] : v.dict_ref().entries) pairs.push_back(Value::tuple({k, x}));
-    try {
-      std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& x, const Value& y) {
-        Value kx = sort_key(x.items()[by_value ? 1 : 0], cs), ky = sort_key(y.items()[by_value ? 1 : 0], cs);
-        return reverse ? less_than(ky, kx) : less_than(kx, ky);
-      });
-    } catch (const std::invalid_argument& e) {
-      fail(e.what());
-    }
-    return Value::list(std::move(pairs));
-  }
-  if (name == "sum") {
-    const Value* attribute = arg(a, 0, "attribute");
-    const Value* start = arg(a, 1, "start");
-    Value acc = start ? *start : Value(std::int64_t{0});
-    for (auto& x : iterate(v)) acc = eval_binary("+", acc, attribute ? attr_path(*this, x, *attribute, nullptr) : x);
-    return acc;
-  }
-  fail("No filter named '" + name + "'.");
+  const auto& table = filter_table();
+  auto it = table.find(name);
+  if (it == table.end()) fail("No filter named '" + name + "'.");
+  return it->second(*this, name, std::move(v), a);
 }
 
 // ===================================================================== tests

@@ -37,6 +37,7 @@ class Interpreter {
   Value call(const Value& fn, Args& args);
   Value apply_filter(const std::string& name, Value input, Args& args);
   bool apply_test(const std::string& name, const Value& v, Args& args);
+  Value eval_binary(const std::string& op, const Value& a, const Value& b);
   Value getattr(const Value& obj, const std::string& name);
   Value getitem(const Value& obj, const Value& key);
   List iterate(const Value& v);
@@ -57,11 +58,17 @@ class Interpreter {
   Flow exec(const Body& body, const ScopePtr& scope, std::string& out);
   Flow exec_node(const Node& n, const ScopePtr& scope, std::string& out);
   void exec_for(const Node& n, const ScopePtr& scope, std::string& out);
+  void exec_call_block(const Node& n, const ScopePtr& scope, std::string& out);
   void assign(const Expr& target, Value v, const ScopePtr& scope);
   Value make_macro(const Node& n, const ScopePtr& scope);
   Value eval(const Expr& e, const ScopePtr& scope);
   Value eval_expr(const Expr& e, const ScopePtr& scope);
-  Value eval_binary(const std::string& op, const Value& a, const Value& b);
+  Args eval_args(const Expr& e, const ScopePtr& scope);
+  Value eval_call(const Expr& e, const ScopePtr& scope);
+  Value eval_slice(const Expr& e, const ScopePtr& scope);
+  Value eval_unary(const Expr& e, const ScopePtr& scope);
+  Value multiply_sequence(const std::string& op, const Value& a, const Value& b);
+  Value repeat(const Value& seq, const Value& cnt);
   bool compare(const std::string& op, const Value& a, const Value& b);
   bool contains(const Value& container, const Value& item);
   Value method(const Value& obj, const std::string& name);

@@ -961,6 +961,166 @@ using detail::TokenizerData;
 
 namespace {
 
+// tokenizer.json's BPE model (its vocab and merges, already read into `tj`)
+// -> d.model. Returns the largest vocab id.
+int32_t load_bpe_model(detail::TokenizerJson& tj, const json& j, const std::string& what,
+                       detail::TokenizerData& d) {
+  using namespace detail;
+  const json* m = find_key(j, "model");
+  if (!m || !m->is_object()) throw Error(what + ": missing 'model' object");
+  const std::string type = m->value("type", std::string("BPE"));
+  if (type != "BPE")
+    throw Error(fmt::format("{}: unsupported model type '{}' (only BPE is supported)", what, type));
+  if (const json* p = find_key(*m, "continuing_subword_prefix");
+      p && p->is_string() && !p->get<std::string>().empty())
+    throw Error(
+        fmt::format("{}: unsupported continuing_subword_prefix '{}'", what, p->get<std::string>()));
+  if (const json* p = find_key(*m, "end_of_word_suffix");
+      p && p->is_string() && !p->get<std::string>().empty())
+    throw Error(
+        fmt::format("{}: unsupported end_of_word_suffix '{}'", what, p->get<std::string>()));
+  if (const json* p = find_key(*m, "dropout"); p && p->is_number() && p->get<double>() > 0.0)
+    throw Error(fmt::format("{}: unsupported BPE dropout {}", what, p->get<double>()));
+  if (!tj.has_vocab) throw Error(what + ": model.vocab is missing or not an object");
+  Vocab vocab;
+  vocab.reserve(tj.vocab.size());
+  int32_t max_id = -1;
+  for (auto& [tok, id] : tj.vocab) {
+    const auto v = static_cast<int32_t>(id);
+    vocab.insert(tok, v);
+    max_id = std::max(max_id, v);
+  }
+  tj.vocab = {};
+  const std::vector<std::pair<std::string, std::string>>& merges = tj.merges;
+  Bpe::Options opt;
+  if (const json* u = find_key(*m, "unk_token"); u && u->is_string())
+    opt.unk_token = u->get<std::string>();
+  opt.fuse_unk = get_bool(*m, "fuse_unk", false);
+  opt.byte_fallback = get_bool(*m, "byte_fallback", false);
+  opt.ignore_merges = get_bool(*m, "ignore_merges", false);
+  d.model = std::make_unique<Bpe>(std::move(vocab), merges, opt, what);
+  return max_id;
+}
+
+// added_tokens -> d.added (raising max_id to theirs) and the matchers that
+// find them in the raw or the normalized text.
+void load_added_tokens(const json& j, const std::string& what, detail::TokenizerData& d,
+                       int32_t& max_id) {
+  using namespace detail;
+  if (const json* at = find_key(j, "added_tokens")) {
+    for (const auto& e : *at) {
+      AddedToken t;
+      if (!e.is_object() || !e.contains("content") || !e["content"].is_string())
+        throw Error(
+            fmt::format("{}: added_tokens entry {} has no string 'content'", what, e.dump()));
+      t.content = e.at("content").get<std::string>();
+      const json* id = find_key(e, "id");
+      if (!id || !id->is_number_integer() || id->get<int64_t>() < 0 ||
+          id->get<int64_t>() >= kMaxTokenId)
+        throw Error(fmt::format("{}: added token '{}' has id {} (ids are integers from 0 to {})",
+                                what, t.content, id ? id->dump() : "null", kMaxTokenId - 1));
+      t.id = static_cast<int32_t>(id->get<int64_t>());
+      t.special = get_bool(e, "special", false);
+      t.lstrip = get_bool(e, "lstrip", false);
+      t.rstrip = get_bool(e, "rstrip", false);
+      t.single_word = get_bool(e, "single_word", false);
+      t.normalized = get_bool(e, "normalized", !t.special);
+      max_id = std::max(max_id, t.id);
+      d.added.push_back(std::move(t));
+    }
+  }
+  for (const auto& t : d.added) {
+    d.added_vocab.insert(t.content, t.id);
+    if (t.normalized && d.normalizer) {
+      std::string n = t.content;
+      d.normalizer->apply(n);
+      d.normalized_matcher.add(&t, std::move(n));
+    } else {
+      d.raw_matcher.add(&t, t.content);
+    }
+  }
+  d.raw_matcher.finish();
+  d.normalized_matcher.finish();
+}
+
+// The id -> piece table and the per-id flags (1 known, 2 special, 4 byte
+// fallback token, 8 added), for ids up to max_id.
+void build_id_table(const json& config, int32_t max_id, detail::TokenizerData& d) {
+  using namespace detail;
+  d.pieces.resize(static_cast<std::size_t>(max_id + 1));
+  d.flags.assign(d.pieces.size(), 0);
+  d.model->vocab().for_each([&](std::string_view tok, int32_t id) {
+    d.pieces[id] = tok;
+    d.flags[id] = 1;
+    if (d.decoder_byte_fallback && detail::byte_token_value(tok) >= 0) d.flags[id] |= 4;
+  });
+  for (const auto& t : d.added) {
+    d.pieces[t.id] = t.content;
+    d.flags[t.id] = static_cast<uint8_t>(1 | 8 | (t.special ? 2 : 0));
+  }
+  if (const json* extra = find_key(config, "additional_special_tokens");
+      extra && extra->is_array()) {
+    for (const auto& e : *extra) {
+      if (const auto id = d.added_vocab.find(token_string(&e))) d.flags[*id] |= 2;
+    }
+  }
+}
+
+// post_processor -> the ids put before and after an encoded sequence.
+void load_post_processor(const json& j, const std::string& what, detail::TokenizerData& d) {
+  using namespace detail;
+  auto special_ids = [&](const json& pp, const std::string& name) {
+    const json* st = find_key(pp, "special_tokens");
+    const json* entry = st ? find_key(*st, name.c_str()) : nullptr;
+    if (!entry)
+      throw Error(fmt::format("{}: post_processor special token '{}' is not defined", what, name));
+    return entry->at("ids").get<std::vector<int32_t>>();
+  };
+  std::function<void(const json&)> add_post = [&](const json& pp) {
+    const std::string ptype = get_string(pp, "type", what + ": post_processor");
+    if (ptype == "TemplateProcessing") {
+      bool seen_a = false;
+      for (const auto& item : pp.at("single")) {
+        if (const json* sp = find_key(item, "SpecialToken")) {
+          auto ids = special_ids(pp, get_string(*sp, "id", what));
+          auto& dst = seen_a ? d.suffix_ids : d.prefix_ids;
+          dst.insert(dst.end(), ids.begin(), ids.end());
+        } else if (find_key(item, "Sequence")) {
+          seen_a = true;
+        }
+      }
+    } else if (ptype == "RobertaProcessing" || ptype == "BertProcessing") {
+      d.prefix_ids.push_back(pp.at("cls").at(1).get<int32_t>());
+      d.suffix_ids.push_back(pp.at("sep").at(1).get<int32_t>());
+    } else if (ptype == "Sequence") {
+      for (const auto& p : pp.at("processors")) add_post(p);
+    } else if (ptype != "ByteLevel") {
+      throw Error(fmt::format("{}: unsupported post_processor type '{}'", what, ptype));
+    }
+  };
+  if (const json* pp = find_key(j, "post_processor")) add_post(*pp);
+}
+
+// transformers' LlamaTokenizerFast rebuilds the template from add_bos_token / add_eos_token.
+void apply_llama_template(const json& config, const std::filesystem::path& tokenizer_config,
+                          detail::TokenizerData& d) {
+  using namespace detail;
+  if (const json* cls = find_key(config, "tokenizer_class");
+      cls && cls->is_string() && detail::llama_classes().count(cls->get<std::string>())) {
+    const bool add_bos = get_bool(config, "add_bos_token", true);
+    const bool add_eos = get_bool(config, "add_eos_token", false);
+    auto id_of = [&](const std::string& tok, const char* name) {
+      if (const auto id = d.added_vocab.find(tok)) return *id;
+      if (const auto id = d.model->vocab().find(tok)) return *id;
+      throw Error(fmt::format("{}: {} '{}' is not a token", tokenizer_config.string(), name, tok));
+    };
+    d.prefix_ids.clear();
+    d.suffix_ids.clear();
+    if (add_bos && !d.bos.empty()) d.prefix_ids.push_back(id_of(d.bos, "bos_token"));
+    if (add_eos && !d.eos.empty()) d.suffix_ids.push_back(id_of(d.eos, "eos_token"));
+  }
+}
+
 std::shared_ptr<TokenizerData> load(const std::filesystem::path& tokenizer_json,
                                      const std::filesystem::path& tokenizer_config) {
   using namespace detail;
@@ -975,143 +1135,23 @@ std::shared_ptr<TokenizerData> load(const std::filesystem::path& tokenizer_json,
   if (!config.is_object()) throw Error(tokenizer_config.string() + ": top level is not a JSON object");
 
   try {
-    // model
-    const json* m = find_key(j, "model");
-    if (!m || !m->is_object()) throw Error(what + ": missing 'model' object");
-    const std::string type = m->value("type", std::string("BPE"));
-    if (type != "BPE") throw Error(fmt::format("{}: unsupported model type '{}' (only BPE is supported)", what, type));
-    if (const json* p = find_key(*m, "continuing_subword_prefix"); p && p->is_string() && !p->get<std::string>().empty())
-      throw Error(fmt::format("{}: unsupported continuing_subword_prefix '{}'", what, p->get<std::string>()));
-    if (const json* p = find_key(*m, "end_of_word_suffix"); p && p->is_string() && !p->get<std::string>().empty())
-      throw Error(fmt::format("{}: unsupported end_of_word_suffix '{}'", what, p->get<std::string>()));
-    if (const json* p = find_key(*m, "dropout"); p && p->is_number() && p->get<double>() > 0.0)
-      throw Error(fmt::format("{}: unsupported BPE dropout {}", what, p->get<double>()));
-    if (!tj.has_vocab) throw Error(what + ": model.vocab is missing or not an object");
-    Vocab vocab;
-    vocab.reserve(tj.vocab.size());
-    int32_t max_id = -1;
-    for (auto& [tok, id] : tj.vocab) {
-      const auto v = static_cast<int32_t>(id);
-      vocab.insert(tok, v);
-      max_id = std::max(max_id, v);
-    }
-    tj.vocab = {};
-    const std::vector<std::pair<std::string, std::string>>& merges = tj.merges;
-    Bpe::Options opt;
-    if (const json* u = find_key(*m, "unk_token"); u && u->is_string()) opt.unk_token = u->get<std::string>();
-    opt.fuse_unk = get_bool(*m, "fuse_unk", false);
-    opt.byte_fallback = get_bool(*m, "byte_fallback", false);
-    opt.ignore_merges = get_bool(*m, "ignore_merges", false);
-    d->model = std::make_unique<Bpe>(std::move(vocab), merges, opt, what);
+    int32_t max_id = load_bpe_model(tj, j, what, *d);
 
     // pipeline
     if (const json* n = find_key(j, "normalizer")) d->normalizer = make_normalizer(*n, what);
     if (const json* p = find_key(j, "pre_tokenizer")) d->pre_tokenizer = make_pre_tokenizer(*p, what);
     if (const json* dj = find_key(j, "decoder")) d->decoder = make_decoder(*dj, what, d->decoder_byte_fallback);
 
-    // added tokens
-    if (const json* at = find_key(j, "added_tokens")) {
-      for (const auto& e : *at) {
-        AddedToken t;
-        if (!e.is_object() || !e.contains("content") || !e["content"].is_string())
-          throw Error(fmt::format("{}: added_tokens entry {} has no string 'content'", what, e.dump()));
-        t.content = e.at("content").get<std::string>();
-        const json* id = find_key(e, "id");
-        if (!id || !id->is_number_integer() || id->get<int64_t>() < 0 || id->get<int64_t>() >= kMaxTokenId)
-          throw Error(fmt::format("{}: added token '{}' has id {} (ids are integers from 0 to {})", what, t.content,
-                                  id ? id->dump() : "null", kMaxTokenId - 1));
-        t.id = static_cast<int32_t>(id->get<int64_t>());
-        t.special = get_bool(e, "special", false);
-        t.lstrip = get_bool(e, "lstrip", false);
-        t.rstrip = get_bool(e, "rstrip", false);
-        t.single_word = get_bool(e, "single_word", false);
-        t.normalized = get_bool(e, "normalized", !t.special);
-        max_id = std::max(max_id, t.id);
-        d->added.push_back(std::move(t));
-      }
-    }
-    for (const auto& t : d->added) {
-      d->added_vocab.insert(t.content, t.id);
-      if (t.normalized && d->normalizer) {
-        std::string n = t.content;
-        d->normalizer->apply(n);
-        d->normalized_matcher.add(&t, std::move(n));
-      } else {
-        d->raw_matcher.add(&t, t.content);
-      }
-    }
-    d->raw_matcher.finish();
-    d->normalized_matcher.finish();
-
-    // id table
-    d->pieces.resize(static_cast<std::size_t>(max_id + 1));
-    d->flags.assign(d->pieces.size(), 0);
-    d->model->vocab().for_each([&](std::string_view tok, int32_t id) {
-      d->pieces[id] = tok;
-      d->flags[id] = 1;
-      if (d->decoder_byte_fallback && detail::byte_token_value(tok) >= 0) d->flags[id] |= 4;
-    });
-    for (const auto& t : d->added) {
-      d->pieces[t.id] = t.content;
-      d->flags[t.id] = static_cast<uint8_t>(1 | 8 | (t.special ? 2 : 0));
-    }
-    if (const json* extra = find_key(config, "additional_special_tokens"); extra && extra->is_array()) {
-      for (const auto& e : *extra) {
-        if (const auto id = d->added_vocab.find(token_string(&e))) d->flags[*id] |= 2;
-      }
-    }
+    load_added_tokens(j, what, *d, max_id);
+    build_id_table(config, max_id, *d);
 
     // config
     d->bos = token_string(find_key(config, "bos_token"));
     d->eos = token_string(find_key(config, "eos_token"));
     d->clean_up = get_bool(config, "clean_up_tokenization_spaces", false);
 
-    // post-processor
-    auto special_ids = [&](const json& pp, const std::string& name) {
-      const json* st = find_key(pp, "special_tokens");
-      const json* entry = st ? find_key(*st, name.c_str()) : nullptr;
-      if (!entry) throw Error(fmt::format("{}: post_processor special token '{}' is not defined", what, name));
-      return entry->at("ids").get<std::vector<int32_t>>();
-    };
-    std::function<void(const json&)> add_post = [&](const json& pp) {
-      const std::string ptype = get_string(pp, "type", what + ": post_processor");
-      if (ptype == "TemplateProcessing") {
-        bool seen_a = false;
-        for (const auto& item : pp.at("single")) {
-          if (const json* sp = find_key(item, "SpecialToken")) {
-            auto ids = special_ids(pp, get_string(*sp, "id", what));
-            auto& dst = seen_a ? d->suffix_ids : d->prefix_ids;
-            dst.insert(dst.end(), ids.begin(), ids.end());
-          } else if (find_key(item, "Sequence")) {
-            seen_a = true;
-          }
-        }
-      } else if (ptype == "RobertaProcessing" || ptype == "BertProcessing") {
-        d->prefix_ids.push_back(pp.at("cls").at(1).get<int32_t>());
-        d->suffix_ids.push_back(pp.at("sep").at(1).get<int32_t>());
-      } else if (ptype == "Sequence") {
-        for (const auto& p : pp.at("processors")) add_post(p);
-      } else if (ptype != "ByteLevel") {
-        throw Error(fmt::format("{}: unsupported post_processor type '{}'", what, ptype));
-      }
-    };
-    if (const json* pp = find_key(j, "post_processor")) add_post(*pp);
-
-    // transformers' LlamaTokenizerFast rebuilds the template from add_bos_token / add_eos_token.
-    if (const json* cls = find_key(config, "tokenizer_class");
-        cls && cls->is_string() && detail::llama_classes().count(cls->get<std::string>())) {
-      const bool add_bos = get_bool(config, "add_bos_token", true);
-      const bool add_eos = get_bool(config, "add_eos_token", false);
-      auto id_of = [&](const std::string& tok, const char* name) {
-        if (const auto id = d->added_vocab.find(tok)) return *id;
-        if (const auto id = d->model->vocab().find(tok)) return *id;
-        throw Error(fmt::format("{}: {} '{}' is not a token", tokenizer_config.string(), name, tok));
-      };
-      d->prefix_ids.clear();
-      d->suffix_ids.clear();
-      if (add_bos && !d->bos.empty()) d->prefix_ids.push_back(id_of(d->bos, "bos_token"));
-      if (add_eos && !d->eos.empty()) d->suffix_ids.push_back(id_of(d->eos, "eos_token"));
-    }
+    load_post_processor(j, what, *d);
+    apply_llama_template(config, tokenizer_config, *d);
   } catch (const json::exception& e) {
     throw Error(fmt::format("{}: unexpected content: {}", what, e.what()));
   }
