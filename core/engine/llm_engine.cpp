@@ -113,9 +113,10 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
         "max_model_len={}",
         plugin_->name(), sc.max_num_batched_tokens, sc.max_model_len));
   }
+  eos_ids_ = mc.eos_token_ids;
+  sc.eos_token_ids = eos_ids_;
   scheduler_ = std::make_unique<Scheduler>(sc, *blocks_);
   runner_ = std::make_unique<ModelRunner>(*kv_cache_, spec.vocab_size);
-  eos_ids_ = mc.eos_token_ids;
   spdlog::info(
       "engine ready on {} ({}): max_num_seqs={} max_model_len={} max_num_batched_tokens={} "
       "chunked_prefill={} prefix_caching={}",
@@ -197,88 +198,74 @@ bool LLMEngine::abort_request(const std::string& request_id, FinishReason reason
   return found;
 }
 
-void LLMEngine::check_stop(Sequence& seq, int32_t token) {
-  const auto& p = seq.params;
-  int n_out = static_cast<int>(seq.output_ids.size());
-  bool stop_id =
-      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
-  bool eos = !p.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
-  if (stop_id || eos) {  // masked in step() until min_tokens exist
-    seq.finish_reason = FinishReason::kStop;
-    seq.stop_token = token;
-  } else if (n_out >= p.max_tokens || seq.num_tokens() >= limits_.max_model_len) {
-    seq.finish_reason = FinishReason::kLength;
-  }
-  if (seq.finish_reason != FinishReason::kNone) seq.status = SequenceStatus::kFinished;
-}
-
 std::vector<RequestOutput> LLMEngine::step() {
   std::vector<RequestOutput> outputs;
   SchedulerOutput sched = scheduler_->schedule();
   stats_.num_preemptions += sched.num_preempted;
   if (sched.empty()) return outputs;
-  const auto now = std::chrono::steady_clock::now();
-  for (auto& s : sched.scheduled)
-    if (s.seq->first_scheduled == std::chrono::steady_clock::time_point{})
-      s.seq->first_scheduled = now;
+  const auto start = std::chrono::steady_clock::now();
   runner_->execute(sched);
   stats_.step_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - now).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats_.steps++;
   stats_.last_step_tokens = sched.num_batched_tokens;
   stats_.batched_tokens += sched.num_batched_tokens;
   stats_.batched_seqs += sched.scheduled.size();
-  const int vocab = model_->config().spec.vocab_size;
+  std::vector<StepResult> results(sched.scheduled.size());
+  for (size_t i = 0; i < sched.scheduled.size(); ++i) read_step(sched, i, results[i]);
+  const auto copies = scheduler_->update_from_step(sched, results);
+  kv_cache_->copy_blocks(copies.src, copies.dst);
   for (size_t i = 0; i < sched.scheduled.size(); ++i) {
-    Sequence& seq = *sched.scheduled[i].seq;
-    int prompt_len = static_cast<int>(seq.prompt_ids.size());
-    int computed_prompt =
-        std::clamp(prompt_len - seq.num_computed_tokens, 0, sched.scheduled[i].num_tokens);
-    stats_.prompt_tokens += computed_prompt;
-    if (const auto& pr = runner_->prompt_rows(i); pr.count > 0) {
-      for (int k = 0; k < pr.count; ++k) {
-        if (pr.first_position + k != static_cast<int>(seq.prompt_logprobs.size()))
-          continue;  // recomputed
-        std::span<const float> l(runner_->logits_at(pr.first_row + k), vocab);
-        seq.prompt_logprobs.push_back(token_logprob(l, seq.prompt_ids[pr.first_position + k + 1],
-                                                    seq.params.prompt_logprobs));
-      }
-    }
-    seq.num_computed_tokens += sched.scheduled[i].num_tokens;
-    blocks_->cache_full_blocks(seq);
-    float* row = runner_->logits_row(i);
-    if (row == nullptr) continue;
-    std::span<float> logits(row, vocab);
-    // min_tokens: end-of-sequence ids are impossible until enough tokens exist.
-    if (static_cast<int>(seq.output_ids.size()) < seq.params.min_tokens) {
-      const float ninf = -std::numeric_limits<float>::infinity();
-      if (!seq.params.ignore_eos)
-        for (int32_t e : eos_ids_)
-          if (e >= 0 && e < vocab) logits[e] = ninf;
-      for (int32_t e : seq.params.stop_token_ids)
-        if (e >= 0 && e < vocab) logits[e] = ninf;
-    }
-    SampleResult r = sampler_.sample(logits, seq.params, seq.prompt_ids, seq.output_ids, seq.rng);
-    const int32_t token = r.sampled.token;
-    seq.output_ids.push_back(token);
-    seq.output_logprobs.push_back(std::move(r.sampled));
-    stats_.generation_tokens++;
-    check_stop(seq, token);
+    if (!results[i].sampled) continue;
+    const Sequence& seq = *sched.scheduled[i].seq;
     RequestOutput out;
     out.request_id = seq.request_id;
-    out.new_token_ids = {token};
+    out.new_token_ids = {seq.output_ids.back()};
     out.finished = seq.finished();
     out.finish_reason = seq.finish_reason;
     out.seq = live_.at(seq.request_id);
     outputs.push_back(std::move(out));
   }
-  // Followers fork from the blocks of a leader that may finish in this very step.
-  const auto copies = scheduler_->fork_followers();
-  kv_cache_->copy_blocks(copies.src, copies.dst);
-  scheduler_->remove_finished();
   for (const auto& o : outputs)
     if (o.finished) live_.erase(o.request_id);
   return outputs;
+}
+
+// Reads what the device computed for scheduled sequence i (its sequence is not
+// written: the scheduler applies the result): new prompt logprobs and, at the
+// end of its tokens, a sampled token.
+void LLMEngine::read_step(const SchedulerOutput& sched, size_t i, StepResult& result) {
+  Sequence& seq = *sched.scheduled[i].seq;
+  const int vocab = model_->config().spec.vocab_size;
+  const int prompt_len = static_cast<int>(seq.prompt_ids.size());
+  stats_.prompt_tokens +=
+      std::clamp(prompt_len - seq.num_computed_tokens, 0, sched.scheduled[i].num_tokens);
+  if (const auto& pr = runner_->prompt_rows(i); pr.count > 0) {
+    for (int k = 0; k < pr.count; ++k) {
+      const size_t have = seq.prompt_logprobs.size() + result.prompt_logprobs.size();
+      if (pr.first_position + k != static_cast<int>(have)) continue;  // recomputed
+      std::span<const float> l(runner_->logits_at(pr.first_row + k), vocab);
+      result.prompt_logprobs.push_back(token_logprob(l, seq.prompt_ids[pr.first_position + k + 1],
+                                                     seq.params.prompt_logprobs));
+    }
+  }
+  float* row = runner_->logits_row(i);
+  if (row == nullptr) return;
+  std::span<float> logits(row, vocab);
+  // min_tokens: end-of-sequence ids are impossible until enough tokens exist.
+  if (static_cast<int>(seq.output_ids.size()) < seq.params.min_tokens) {
+    const float ninf = -std::numeric_limits<float>::infinity();
+    if (!seq.params.ignore_eos)
+      for (int32_t e : eos_ids_)
+        if (e >= 0 && e < vocab) logits[e] = ninf;
+    for (int32_t e : seq.params.stop_token_ids)
+      if (e >= 0 && e < vocab) logits[e] = ninf;
+  }
+  // The sampler advances the sequence's own generator (its only write here).
+  SampleResult r = sampler_.sample(logits, seq.params, seq.prompt_ids, seq.output_ids, seq.rng);
+  result.sampled = true;
+  result.token = std::move(r.sampled);
+  stats_.generation_tokens++;
 }
 
 EngineStats LLMEngine::stats() const {

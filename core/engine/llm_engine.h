@@ -83,7 +83,7 @@ class LLMEngine {
   EngineStats stats() const;
 
  private:
-  void check_stop(Sequence& seq, int32_t token);
+  void read_step(const SchedulerOutput& sched, size_t i, StepResult& result);
   void check_new_ids(const std::vector<std::string>& request_ids) const;
   std::shared_ptr<Sequence> make_sequence(const std::string& request_id,
                                           const std::vector<int32_t>& prompt_ids,

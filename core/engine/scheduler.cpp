@@ -1,8 +1,20 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace halo::engine {
+
+namespace {
+
+// The time a sequence first ran (its queueing time ends there).
+void stamp_first_scheduled(SchedulerOutput& out) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& s : out.scheduled)
+    if (s.seq->first_scheduled == std::chrono::steady_clock::time_point{}) s.seq->first_scheduled = now;
+}
+
+}  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvBlockManager& blocks)
     : config_(config), blocks_(blocks) {}
@@ -117,7 +129,10 @@ SchedulerOutput Scheduler::schedule() {
   // otherwise a new request would wait for every running one to finish.
   if (!config_.mixed_batch) {
     admit_waiting(out, budget, kinds);
-    if (!out.empty()) return out;
+    if (!out.empty()) {
+      stamp_first_scheduled(out);
+      return out;
+    }
   }
 
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
@@ -141,7 +156,44 @@ SchedulerOutput Scheduler::schedule() {
     (prefill ? kinds.prefill : kinds.decode) = true;
   }
   admit_waiting(out, budget, kinds);
+  stamp_first_scheduled(out);
   return out;
+}
+
+void Scheduler::check_stop(Sequence& seq) const {
+  const SamplingParams& p = seq.params;
+  const int32_t token = seq.output_ids.back();
+  const auto has = [token](const std::vector<int32_t>& ids) {
+    return std::find(ids.begin(), ids.end(), token) != ids.end();
+  };
+  // Stop ids and end-of-sequence are masked by the sampler until min_tokens exist.
+  if (has(p.stop_token_ids) || (!p.ignore_eos && has(config_.eos_token_ids))) {
+    seq.finish_reason = FinishReason::kStop;
+    seq.stop_token = token;
+  } else if (static_cast<int>(seq.output_ids.size()) >= p.max_tokens ||
+             seq.num_tokens() >= config_.max_model_len) {
+    seq.finish_reason = FinishReason::kLength;
+  }
+  if (seq.finish_reason != FinishReason::kNone) seq.status = SequenceStatus::kFinished;
+}
+
+KvBlockManager::BlockCopies Scheduler::update_from_step(const SchedulerOutput& step,
+                                                        std::vector<StepResult>& results) {
+  for (size_t i = 0; i < step.scheduled.size(); ++i) {
+    Sequence& seq = *step.scheduled[i].seq;
+    StepResult& r = results.at(i);
+    seq.num_computed_tokens += step.scheduled[i].num_tokens;
+    blocks_.cache_full_blocks(seq);
+    for (auto& lp : r.prompt_logprobs) seq.prompt_logprobs.push_back(std::move(lp));
+    if (!r.sampled) continue;
+    seq.output_ids.push_back(r.token.token);
+    seq.output_logprobs.push_back(std::move(r.token));
+    check_stop(seq);
+  }
+  // Followers fork from the blocks of a leader that may finish in this very step.
+  KvBlockManager::BlockCopies copies = fork_followers();
+  remove_finished();
+  return copies;
 }
 
 void Scheduler::remove_finished() {

@@ -12,6 +12,12 @@
 // each is forked from the leader (copy-on-write, see KvBlockManager::fork)
 // straight into the running queue, or, when that is impossible, joins the
 // waiting queue as an ordinary request. Only waiting sequences hold no blocks.
+//
+// Ownership: the scheduler is the one writer of a queued Sequence's state
+// (status, num_computed_tokens, output tokens, finish reason; its blocks
+// through KvBlockManager), and update_from_step() is where a step's results
+// enter it. The engine creates sequences, reads them, and lets the sampler
+// advance their random generator; nothing else writes them.
 #include <deque>
 #include <memory>
 #include <vector>
@@ -25,6 +31,7 @@ struct SchedulerConfig {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
   int max_model_len = 2048;
+  std::vector<int32_t> eos_token_ids{};  // end a sequence (unless params.ignore_eos)
   bool chunked_prefill = true;  // a prompt may span several steps
   bool mixed_batch = true;      // prefill and decode in one step
 };
@@ -32,6 +39,14 @@ struct SchedulerConfig {
 struct ScheduledSequence {
   Sequence* seq;
   int num_tokens;  // new tokens computed this step, starting at seq->num_computed_tokens
+};
+
+// What one step computed for a scheduled sequence (index-aligned with
+// SchedulerOutput::scheduled).
+struct StepResult {
+  std::vector<TokenLogprob> prompt_logprobs;  // new prompt logprobs, in position order
+  bool sampled = false;                       // the step reached the end: a token was sampled
+  TokenLogprob token;                         // that token and its logprob
 };
 
 struct SchedulerOutput {
@@ -50,6 +65,13 @@ class Scheduler {
   void add_group(std::shared_ptr<Sequence> leader,
                  std::vector<std::shared_ptr<Sequence>> followers);
   SchedulerOutput schedule();
+  // Applies a step's results: counts the computed tokens (registering full
+  // blocks with the prefix cache), appends prompt logprobs and sampled tokens,
+  // ends sequences on a stop id, end-of-sequence, max_tokens or max_model_len,
+  // forks held followers and frees the finished. Returns the block copies the
+  // caller must issue before the next step.
+  KvBlockManager::BlockCopies update_from_step(const SchedulerOutput& step,
+                                               std::vector<StepResult>& results);
   // After a step's tokens are counted and before remove_finished(): forks every
   // held follower whose leader has computed the prompt. A follower finding no
   // free block or seat falls back to waiting. Returns the block copies the
@@ -80,6 +102,7 @@ class Scheduler {
   };
   bool try_fork(const Held& held, KvBlockManager::BlockCopies& copies);
   void release_followers(const Sequence& leader);
+  void check_stop(Sequence& seq) const;
 
   SchedulerConfig config_;
   KvBlockManager& blocks_;
