@@ -12,7 +12,8 @@
 namespace halo::tools {
 namespace {
 
-// Where the flags of this run came from (one parse per process).
+// Where the flags of this run came from: what the last expand_config_args
+// found (each call starts afresh, so repeated parses do not accumulate).
 struct Origins {
   std::map<std::string, std::string> from_file;  // "--flag" -> "FILE:LINE"
   std::set<std::string> on_command_line;         // "--flag"
@@ -69,6 +70,7 @@ std::vector<std::string> yaml_to_args(const std::string& path) {
 }  // namespace
 
 std::vector<std::string> expand_config_args(int argc, char** argv) {
+  origins() = Origins{};
   std::vector<std::string> in(argv, argv + argc), head, config, tail;
   // Settings go after the subcommand chain and its positionals (the first run
   // of words not starting with '-', after any global flags), before the rest

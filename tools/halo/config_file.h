@@ -13,6 +13,8 @@ namespace halo::tools {
 // Returns argv with the settings of every `--config FILE` expanded in place of
 // that flag, right after the subcommand name. Throws halo::Error naming the
 // file and key for unreadable YAML or values that are not scalars or lists.
+// Each call replaces what config_origin() reports (one parse per run; not
+// thread-safe).
 std::vector<std::string> expand_config_args(int argc, char** argv);
 
 // Where a flag ("--max-num-seqs") got its value: "FILE:LINE" of the --config
