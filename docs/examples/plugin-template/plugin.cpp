@@ -686,32 +686,34 @@ void qkv_to_cache(const halo_executable* exe, const Layer& W, const halo_execute
   }
 }
 
-// 2. attention of token t's queries over the first n sequence indices of its
-// sequence, read through the sequence's block table.
+// 2. attention of one token's queries qt over the first n sequence indices
+// of its sequence, read through the sequence's block table.
 void attend(const Dims& d, const float* qt, const int32_t* table, size_t n, const float* kc,
             const float* vc, std::vector<double>& scores, float* attn) {
+  const size_t nh = d.nh, nkv = d.nkv, hd = d.hd, NKV = d.NKV, bs = d.bs;
   scores.resize(n);
-  for (size_t head = 0; head < d.nh; ++head) {
-    const size_t g = head / (d.nh / d.nkv);  // grouped-query attention: the kv head of this head
-    const float* qh = qt + head * d.hd;
+  for (size_t head = 0; head < nh; ++head) {
+    const size_t g = head / (nh / nkv);  // grouped-query attention: the kv head of this head
+    const float* qh = qt + head * hd;
     double max_score = -INFINITY;
     for (size_t j = 0; j < n; ++j) {
-      const size_t block = static_cast<size_t>(table[j / d.bs]);  // physical block of index j
-      const float* kj = kc + (block * d.bs + j % d.bs) * d.NKV + g * d.hd;
+      const size_t block =
+          static_cast<size_t>(table[j / bs]);  // physical block of sequence index j
+      const float* kj = kc + (block * bs + j % bs) * NKV + g * hd;
       double dot = 0;
-      for (size_t i = 0; i < d.hd; ++i) dot += double{qh[i]} * kj[i];
+      for (size_t i = 0; i < hd; ++i) dot += double{qh[i]} * kj[i];
       scores[j] = dot * d.scale;
       max_score = std::max(max_score, scores[j]);
     }
     double sum = 0;
     for (size_t j = 0; j < n; ++j) sum += (scores[j] = std::exp(scores[j] - max_score));
-    float* out = attn + head * d.hd;
-    std::fill(out, out + d.hd, 0.f);
+    float* out = attn + head * hd;
+    std::fill(out, out + hd, 0.f);
     for (size_t j = 0; j < n; ++j) {
-      const size_t block = static_cast<size_t>(table[j / d.bs]);
-      const float* vj = vc + (block * d.bs + j % d.bs) * d.NKV + g * d.hd;
+      const size_t block = static_cast<size_t>(table[j / bs]);
+      const float* vj = vc + (block * bs + j % bs) * NKV + g * hd;
       const float p = static_cast<float>(scores[j] / sum);
-      for (size_t i = 0; i < d.hd; ++i) out[i] += p * vj[i];
+      for (size_t i = 0; i < hd; ++i) out[i] += p * vj[i];
     }
   }
 }
@@ -782,8 +784,8 @@ halo_error* execute(halo_execute_args* a) {
       for (size_t t = 0; t < d.T; ++t) {
         const int32_t* table = a->block_tables + static_cast<size_t>(seq_of[t]) *
                                                      static_cast<size_t>(a->max_blocks_per_seq);
-        attend(d, &s.q[t * d.NQ], table, static_cast<size_t>(n_ctx[t]), kc, vc, s.scores,
-               s.attn.data());
+        const size_t n = static_cast<size_t>(n_ctx[t]);
+        attend(d, &s.q[t * d.NQ], table, n, kc, vc, s.scores, s.attn.data());
         mlp(exe, W, d, s, &s.x[t * d.H]);
       }
     }
