@@ -355,6 +355,75 @@ std::vector<double> rope_inv_freq(const halo_model_spec& s) {
   return f;
 }
 
+// Every weight the spec implies, by its canonical name, checked and kept as
+// fp32 (a device plugin would convert and upload them here).
+void load_weights(halo_executable& exe, const halo_model_spec& s, const Weights& w) {
+  const int64_t V = s.vocab_size, H = s.hidden_size, I = s.intermediate_size;
+  const int64_t NQ = int64_t{s.num_heads} * s.head_dim, NKV = int64_t{s.num_kv_heads} * s.head_dim;
+  exe.embed = w.get("embed_tokens", {V, H});
+  for (int32_t i = 0; i < s.num_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    Layer L;
+    L.attn_norm = w.get(p + "attn_norm", {H});
+    L.q = w.get(p + "q_proj", {NQ, H});
+    L.k = w.get(p + "k_proj", {NKV, H});
+    L.v = w.get(p + "v_proj", {NKV, H});
+    if (s.flags & HALO_MODEL_QKV_BIAS) {
+      L.q_bias = w.get(p + "q_bias", {NQ});
+      L.k_bias = w.get(p + "k_bias", {NKV});
+      L.v_bias = w.get(p + "v_bias", {NKV});
+    }
+    if (s.flags & HALO_MODEL_QK_NORM) {
+      L.q_norm = w.get(p + "q_norm", {s.head_dim});
+      L.k_norm = w.get(p + "k_norm", {s.head_dim});
+    }
+    L.o = w.get(p + "o_proj", {H, NQ});
+    L.mlp_norm = w.get(p + "mlp_norm", {H});
+    L.gate = w.get(p + "gate_proj", {I, H});
+    L.up = w.get(p + "up_proj", {I, H});
+    L.down = w.get(p + "down_proj", {H, I});
+    exe.layers.push_back(std::move(L));
+  }
+  exe.final_norm = w.get("final_norm", {H});
+  exe.lm_head = (s.flags & HALO_MODEL_TIED_EMBEDDINGS) ? exe.embed : w.get("lm_head", {V, H});
+}
+
+// Limits: a dynamic-shape device accepts what the core proposes (0 = our
+// default), writes back what it agreed, and keeps a copy in the executable.
+void agree_limits(halo_executable& exe, const halo_model_spec& s, halo_limits& lim,
+                  bool has_kv_dtype) {
+  const int64_t NKV = int64_t{s.num_kv_heads} * s.head_dim;
+  halo_limits agreed{};
+  agreed.struct_size = sizeof agreed;
+  agreed.max_num_seqs = lim.max_num_seqs ? lim.max_num_seqs : 256;
+  agreed.max_model_len = lim.max_model_len ? lim.max_model_len : s.max_position_embeddings;
+  agreed.max_num_batched_tokens = lim.max_num_batched_tokens ? lim.max_num_batched_tokens
+                                                             : std::max(2048, agreed.max_model_len);
+  agreed.block_size = lim.block_size ? lim.block_size : 16;
+  agreed.capabilities = HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH;
+  agreed.kv_bytes_per_block = 2ull * static_cast<uint64_t>(s.num_layers) *
+                              static_cast<uint64_t>(agreed.block_size) *
+                              static_cast<uint64_t>(NKV) * sizeof(float);
+  agreed.kv_memory_available = host_memory(_SC_AVPHYS_PAGES) / 2;
+  exe.limits = agreed;
+  lim.max_num_seqs = agreed.max_num_seqs;
+  lim.max_model_len = agreed.max_model_len;
+  lim.max_num_batched_tokens = agreed.max_num_batched_tokens;
+  lim.block_size = agreed.block_size;
+  lim.capabilities = agreed.capabilities;
+  lim.kv_bytes_per_block = agreed.kv_bytes_per_block;
+  lim.kv_memory_available = agreed.kv_memory_available;
+  if (has_kv_dtype) lim.kv_cache_dtype = HALO_KV_DTYPE_FP32;
+    // v1.3: what the arithmetic runs in (16-bit weights widen to fp32 exactly);
+    // the conformance suite's default tolerance follows it. Say it honestly.
+    // (The #if lets this file build against an older header too: the suite
+    // compiles it against the v1.2 header to check old plugins keep passing.)
+#if HALO_ABI_VERSION_MINOR >= 3
+  if (lim.struct_size >= HALO_STRUCT_SIZE(halo_limits, compute_dtype))
+    lim.compute_dtype = HALO_COMPUTE_DTYPE_FP32;
+#endif
+}
+
 halo_error* prepare(halo_prepare_args* args) {
   return guard("prepare", [&] {
     check_args(args, "args");
@@ -383,37 +452,8 @@ halo_error* prepare(halo_prepare_args* args) {
     exe->flags = s.flags;
     exe->activation = s.activation;
     exe->inv_freq = rope_inv_freq(s);
-
     const Weights w(args->weights, args->num_weights);
-    const int64_t V = s.vocab_size, H = s.hidden_size, I = s.intermediate_size;
-    const int64_t NQ = int64_t{s.num_heads} * s.head_dim,
-                  NKV = int64_t{s.num_kv_heads} * s.head_dim;
-    exe->embed = w.get("embed_tokens", {V, H});
-    for (int32_t i = 0; i < s.num_layers; ++i) {
-      const std::string p = "layers." + std::to_string(i) + ".";
-      Layer L;
-      L.attn_norm = w.get(p + "attn_norm", {H});
-      L.q = w.get(p + "q_proj", {NQ, H});
-      L.k = w.get(p + "k_proj", {NKV, H});
-      L.v = w.get(p + "v_proj", {NKV, H});
-      if (s.flags & HALO_MODEL_QKV_BIAS) {
-        L.q_bias = w.get(p + "q_bias", {NQ});
-        L.k_bias = w.get(p + "k_bias", {NKV});
-        L.v_bias = w.get(p + "v_bias", {NKV});
-      }
-      if (s.flags & HALO_MODEL_QK_NORM) {
-        L.q_norm = w.get(p + "q_norm", {s.head_dim});
-        L.k_norm = w.get(p + "k_norm", {s.head_dim});
-      }
-      L.o = w.get(p + "o_proj", {H, NQ});
-      L.mlp_norm = w.get(p + "mlp_norm", {H});
-      L.gate = w.get(p + "gate_proj", {I, H});
-      L.up = w.get(p + "up_proj", {I, H});
-      L.down = w.get(p + "down_proj", {H, I});
-      exe->layers.push_back(std::move(L));
-    }
-    exe->final_norm = w.get("final_norm", {H});
-    exe->lm_head = (s.flags & HALO_MODEL_TIED_EMBEDDINGS) ? exe->embed : w.get("lm_head", {V, H});
+    load_weights(*exe, s, w);
 
     // v1.2: the KV cache element type. This template stores fp32 only; a
     // caller older than v1.2 has no such field (struct_size tells).
@@ -423,37 +463,7 @@ halo_error* prepare(halo_prepare_args* args) {
       fail(HALO_STATUS_INVALID_ARGUMENT, "prepare: limits.kv_cache_dtype=", lim.kv_cache_dtype,
            " is not supported: this plugin stores the KV cache in fp32");
 
-    // Limits: a dynamic-shape device accepts what the core proposes (0 = our default).
-    halo_limits agreed{};
-    agreed.struct_size = sizeof agreed;
-    agreed.max_num_seqs = lim.max_num_seqs ? lim.max_num_seqs : 256;
-    agreed.max_model_len = lim.max_model_len ? lim.max_model_len : s.max_position_embeddings;
-    agreed.max_num_batched_tokens = lim.max_num_batched_tokens
-                                        ? lim.max_num_batched_tokens
-                                        : std::max(2048, agreed.max_model_len);
-    agreed.block_size = lim.block_size ? lim.block_size : 16;
-    agreed.capabilities = HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH;
-    agreed.kv_bytes_per_block = 2ull * static_cast<uint64_t>(s.num_layers) *
-                                static_cast<uint64_t>(agreed.block_size) *
-                                static_cast<uint64_t>(NKV) * sizeof(float);
-    agreed.kv_memory_available = host_memory(_SC_AVPHYS_PAGES) / 2;
-    exe->limits = agreed;
-    lim.max_num_seqs = agreed.max_num_seqs;
-    lim.max_model_len = agreed.max_model_len;
-    lim.max_num_batched_tokens = agreed.max_num_batched_tokens;
-    lim.block_size = agreed.block_size;
-    lim.capabilities = agreed.capabilities;
-    lim.kv_bytes_per_block = agreed.kv_bytes_per_block;
-    lim.kv_memory_available = agreed.kv_memory_available;
-    if (has_kv_dtype) lim.kv_cache_dtype = HALO_KV_DTYPE_FP32;
-    // v1.3: what the arithmetic runs in (16-bit weights widen to fp32 exactly);
-    // the conformance suite's default tolerance follows it. Say it honestly.
-    // (The #if lets this file build against an older header too: the suite
-    // compiles it against the v1.2 header to check old plugins keep passing.)
-#if HALO_ABI_VERSION_MINOR >= 3
-    if (lim.struct_size >= HALO_STRUCT_SIZE(halo_limits, compute_dtype))
-      lim.compute_dtype = HALO_COMPUTE_DTYPE_FP32;
-#endif
+    agree_limits(*exe, s, lim, has_kv_dtype);
     args->executable = exe.release();
   });
 }
@@ -618,6 +628,130 @@ void rope(float* x, size_t heads, size_t hd, const std::vector<double>& inv_freq
   }
 }
 
+// The sizes of one step's forward pass.
+struct Dims {
+  size_t T, H, I, hd, nh, nkv, NQ, NKV, bs;
+  float scale;  // of the attention scores: 1 / sqrt(head_dim)
+};
+
+Dims dims_of(const halo_executable* exe, const halo_execute_args* a) {
+  Dims d;
+  d.T = static_cast<size_t>(a->num_tokens), d.H = static_cast<size_t>(exe->hidden);
+  d.I = static_cast<size_t>(exe->inter), d.hd = static_cast<size_t>(exe->head_dim);
+  d.nh = static_cast<size_t>(exe->heads), d.nkv = static_cast<size_t>(exe->kv_heads);
+  d.NQ = d.nh * d.hd, d.NKV = d.nkv * d.hd, d.bs = static_cast<size_t>(exe->limits.block_size);
+  d.scale = 1.0f / std::sqrt(static_cast<float>(d.hd));
+  return d;
+}
+
+// One step's activations, allocated once per step: x is every token's
+// residual stream, q every token's queries; the others hold one token.
+struct Activations {
+  explicit Activations(const Dims& d)
+      : x(d.T * d.H),
+        h(d.H),
+        q(d.T * d.NQ),
+        k(d.NKV),
+        v(d.NKV),
+        attn(d.NQ),
+        tmp(d.H),
+        gate(d.I),
+        up(d.I) {}
+  std::vector<float> x, h, q, k, v, attn, tmp, gate, up;
+  std::vector<double> scores;
+};
+
+// 1. q, k, v of every new token of layer W; k and v go to their slots.
+void qkv_to_cache(const halo_executable* exe, const Layer& W, const halo_execute_args* a,
+                  const Dims& d, Activations& s, float* kc, float* vc) {
+  for (size_t t = 0; t < d.T; ++t) {
+    rmsnorm(&s.x[t * d.H], W.attn_norm.data(), d.H, exe->eps, s.h.data());
+    float* qt = &s.q[t * d.NQ];
+    linear(W.q, s.h.data(), d.NQ, d.H, W.q_bias, qt);
+    linear(W.k, s.h.data(), d.NKV, d.H, W.k_bias, s.k.data());
+    linear(W.v, s.h.data(), d.NKV, d.H, W.v_bias, s.v.data());
+    if (exe->flags & HALO_MODEL_QK_NORM) {
+      for (size_t i = 0; i < d.nh; ++i)
+        rmsnorm(qt + i * d.hd, W.q_norm.data(), d.hd, exe->eps, qt + i * d.hd);
+      for (size_t i = 0; i < d.nkv; ++i)
+        rmsnorm(&s.k[i * d.hd], W.k_norm.data(), d.hd, exe->eps, &s.k[i * d.hd]);
+    }
+    rope(qt, d.nh, d.hd, exe->inv_freq, a->positions[t]);
+    rope(s.k.data(), d.nkv, d.hd, exe->inv_freq, a->positions[t]);
+    const int64_t slot = a->slot_mapping[t];
+    if (slot >= 0) {  // -1: a padding token, nothing is written
+      std::copy(s.k.begin(), s.k.end(), kc + slot * static_cast<int64_t>(d.NKV));
+      std::copy(s.v.begin(), s.v.end(), vc + slot * static_cast<int64_t>(d.NKV));
+    }
+  }
+}
+
+// 2. attention of one token's queries qt over the first n sequence indices
+// of its sequence, read through the sequence's block table.
+void attend(const Dims& d, const float* qt, const int32_t* table, size_t n, const float* kc,
+            const float* vc, std::vector<double>& scores, float* attn) {
+  const size_t nh = d.nh, nkv = d.nkv, hd = d.hd, NKV = d.NKV, bs = d.bs;
+  scores.resize(n);
+  for (size_t head = 0; head < nh; ++head) {
+    const size_t g = head / (nh / nkv);  // grouped-query attention: the kv head of this head
+    const float* qh = qt + head * hd;
+    double max_score = -INFINITY;
+    for (size_t j = 0; j < n; ++j) {
+      const size_t block =
+          static_cast<size_t>(table[j / bs]);  // physical block of sequence index j
+      const float* kj = kc + (block * bs + j % bs) * NKV + g * hd;
+      double dot = 0;
+      for (size_t i = 0; i < hd; ++i) dot += double{qh[i]} * kj[i];
+      scores[j] = dot * d.scale;
+      max_score = std::max(max_score, scores[j]);
+    }
+    double sum = 0;
+    for (size_t j = 0; j < n; ++j) sum += (scores[j] = std::exp(scores[j] - max_score));
+    float* out = attn + head * hd;
+    std::fill(out, out + hd, 0.f);
+    for (size_t j = 0; j < n; ++j) {
+      const size_t block = static_cast<size_t>(table[j / bs]);
+      const float* vj = vc + (block * bs + j % bs) * NKV + g * hd;
+      const float p = static_cast<float>(scores[j] / sum);
+      for (size_t i = 0; i < hd; ++i) out[i] += p * vj[i];
+    }
+  }
+}
+
+// 3. output projection of s.attn and the gated MLP, with residuals, into xt.
+void mlp(const halo_executable* exe, const Layer& W, const Dims& d, Activations& s, float* xt) {
+  linear(W.o, s.attn.data(), d.H, d.NQ, {}, s.tmp.data());
+  for (size_t i = 0; i < d.H; ++i) xt[i] += s.tmp[i];
+  rmsnorm(xt, W.mlp_norm.data(), d.H, exe->eps, s.h.data());
+  linear(W.gate, s.h.data(), d.I, d.H, {}, s.gate.data());
+  linear(W.up, s.h.data(), d.I, d.H, {}, s.up.data());
+  for (size_t i = 0; i < d.I; ++i) {
+    const float g = s.gate[i];
+    if (exe->activation == HALO_ACTIVATION_GELU_TANH) {
+      const float c = static_cast<float>(std::sqrt(2.0 / std::numbers::pi));
+      s.gate[i] = 0.5f * g * (1.0f + std::tanh(c * (g + 0.044715f * g * g * g))) * s.up[i];
+    } else {
+      s.gate[i] = g / (1.0f + std::exp(-g)) * s.up[i];
+    }
+  }
+  linear(W.down, s.gate.data(), d.H, d.I, {}, s.tmp.data());
+  for (size_t i = 0; i < d.H; ++i) xt[i] += s.tmp[i];
+}
+
+// 4. logits of the rows asked for, into the caller's fp32 [num_logits, vocab] tensor.
+void write_logits(const halo_executable* exe, const halo_execute_args* a, const Dims& d,
+                  Activations& s) {
+  float* logits =
+      reinterpret_cast<float*>(static_cast<char*>(a->logits ? a->logits->data : nullptr) +
+                               (a->logits ? a->logits->byte_offset : 0));
+  for (int32_t i = 0; i < a->num_logits; ++i) {
+    rmsnorm(&s.x[static_cast<size_t>(a->logits_indices[i]) * d.H], exe->final_norm.data(), d.H,
+            exe->eps, s.h.data());
+    float* row = logits + static_cast<size_t>(i) * static_cast<size_t>(exe->vocab);
+    linear(exe->lm_head, s.h.data(), static_cast<size_t>(exe->vocab), d.H, {}, row);  // the logits
+  }
+}
+
 halo_error* execute(halo_execute_args* a) {
   return guard("execute", [&] {
     check_args(a, "args");
@@ -627,114 +761,35 @@ halo_error* execute(halo_execute_args* a) {
     if (kv == nullptr) invalid("kv_cache is NULL");
     if (kv->exe != exe) invalid("kv_cache belongs to another executable");
     validate_step(a, exe, kv);
-
-    const size_t T = static_cast<size_t>(a->num_tokens), H = static_cast<size_t>(exe->hidden);
-    const size_t I = static_cast<size_t>(exe->inter), hd = static_cast<size_t>(exe->head_dim);
-    const size_t nh = static_cast<size_t>(exe->heads), nkv = static_cast<size_t>(exe->kv_heads);
-    const size_t NQ = nh * hd, NKV = nkv * hd, bs = static_cast<size_t>(exe->limits.block_size);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const Dims d = dims_of(exe, a);
 
     // The sequence of each flat token and how many sequence indices it attends to.
-    std::vector<int32_t> seq_of(T), n_ctx(T);
+    std::vector<int32_t> seq_of(d.T), n_ctx(d.T);
     for (int32_t s = 0; s < a->num_seqs; ++s)
       for (int32_t t = a->query_start[s]; t < a->query_start[s + 1]; ++t) {
         seq_of[t] = s;
         n_ctx[t] = a->context_lens[s] - (a->query_start[s + 1] - t) + 1;
       }
 
-    std::vector<float> x(T * H), h(H), q(T * NQ), k(NKV), v(NKV), attn(NQ), tmp(H), gate(I), up(I);
-    std::vector<double> scores;
-    for (size_t t = 0; t < T; ++t)
+    Activations s(d);
+    for (size_t t = 0; t < d.T; ++t)
       std::copy_n(
-          exe->embed.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(a->token_ids[t]) * H), H,
-          x.begin() + static_cast<ptrdiff_t>(t * H));
-
+          exe->embed.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(a->token_ids[t]) * d.H),
+          d.H, s.x.begin() + static_cast<ptrdiff_t>(t * d.H));
     for (size_t l = 0; l < exe->layers.size(); ++l) {
       const Layer& W = exe->layers[l];
       float* kc = kv->k[l].data();
       float* vc = kv->v[l].data();
-      // 1. q, k, v of every new token; k and v go to their slots.
-      for (size_t t = 0; t < T; ++t) {
-        rmsnorm(&x[t * H], W.attn_norm.data(), H, exe->eps, h.data());
-        float* qt = &q[t * NQ];
-        linear(W.q, h.data(), NQ, H, W.q_bias, qt);
-        linear(W.k, h.data(), NKV, H, W.k_bias, k.data());
-        linear(W.v, h.data(), NKV, H, W.v_bias, v.data());
-        if (exe->flags & HALO_MODEL_QK_NORM) {
-          for (size_t i = 0; i < nh; ++i)
-            rmsnorm(qt + i * hd, W.q_norm.data(), hd, exe->eps, qt + i * hd);
-          for (size_t i = 0; i < nkv; ++i)
-            rmsnorm(&k[i * hd], W.k_norm.data(), hd, exe->eps, &k[i * hd]);
-        }
-        rope(qt, nh, hd, exe->inv_freq, a->positions[t]);
-        rope(k.data(), nkv, hd, exe->inv_freq, a->positions[t]);
-        const int64_t slot = a->slot_mapping[t];
-        if (slot >= 0) {  // -1: a padding token, nothing is written
-          std::copy(k.begin(), k.end(), kc + slot * static_cast<int64_t>(NKV));
-          std::copy(v.begin(), v.end(), vc + slot * static_cast<int64_t>(NKV));
-        }
-      }
-      // 2. attention of every new token over its sequence, read through the block table.
-      for (size_t t = 0; t < T; ++t) {
+      qkv_to_cache(exe, W, a, d, s, kc, vc);
+      for (size_t t = 0; t < d.T; ++t) {
         const int32_t* table = a->block_tables + static_cast<size_t>(seq_of[t]) *
                                                      static_cast<size_t>(a->max_blocks_per_seq);
         const size_t n = static_cast<size_t>(n_ctx[t]);
-        scores.resize(n);
-        for (size_t head = 0; head < nh; ++head) {
-          const size_t g = head / (nh / nkv);  // grouped-query attention: the kv head of this head
-          const float* qh = &q[t * NQ + head * hd];
-          double max_score = -INFINITY;
-          for (size_t j = 0; j < n; ++j) {
-            const size_t block =
-                static_cast<size_t>(table[j / bs]);  // physical block of sequence index j
-            const float* kj = kc + (block * bs + j % bs) * NKV + g * hd;
-            double dot = 0;
-            for (size_t d = 0; d < hd; ++d) dot += double{qh[d]} * kj[d];
-            scores[j] = dot * scale;
-            max_score = std::max(max_score, scores[j]);
-          }
-          double sum = 0;
-          for (size_t j = 0; j < n; ++j) sum += (scores[j] = std::exp(scores[j] - max_score));
-          float* out = &attn[head * hd];
-          std::fill(out, out + hd, 0.f);
-          for (size_t j = 0; j < n; ++j) {
-            const size_t block = static_cast<size_t>(table[j / bs]);
-            const float* vj = vc + (block * bs + j % bs) * NKV + g * hd;
-            const float p = static_cast<float>(scores[j] / sum);
-            for (size_t d = 0; d < hd; ++d) out[d] += p * vj[d];
-          }
-        }
-        // 3. output projection and the gated MLP, with residuals.
-        float* xt = &x[t * H];
-        linear(W.o, attn.data(), H, NQ, {}, tmp.data());
-        for (size_t i = 0; i < H; ++i) xt[i] += tmp[i];
-        rmsnorm(xt, W.mlp_norm.data(), H, exe->eps, h.data());
-        linear(W.gate, h.data(), I, H, {}, gate.data());
-        linear(W.up, h.data(), I, H, {}, up.data());
-        for (size_t i = 0; i < I; ++i) {
-          const float g = gate[i];
-          if (exe->activation == HALO_ACTIVATION_GELU_TANH) {
-            const float c = static_cast<float>(std::sqrt(2.0 / std::numbers::pi));
-            gate[i] = 0.5f * g * (1.0f + std::tanh(c * (g + 0.044715f * g * g * g))) * up[i];
-          } else {
-            gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-          }
-        }
-        linear(W.down, gate.data(), H, I, {}, tmp.data());
-        for (size_t i = 0; i < H; ++i) xt[i] += tmp[i];
+        attend(d, &s.q[t * d.NQ], table, n, kc, vc, s.scores, s.attn.data());
+        mlp(exe, W, d, s, &s.x[t * d.H]);
       }
     }
-
-    // 4. logits of the rows asked for, into the caller's fp32 [num_logits, vocab] tensor.
-    float* logits =
-        reinterpret_cast<float*>(static_cast<char*>(a->logits ? a->logits->data : nullptr) +
-                                 (a->logits ? a->logits->byte_offset : 0));
-    for (int32_t i = 0; i < a->num_logits; ++i) {
-      rmsnorm(&x[static_cast<size_t>(a->logits_indices[i]) * H], exe->final_norm.data(), H,
-              exe->eps, h.data());
-      float* row = logits + static_cast<size_t>(i) * static_cast<size_t>(exe->vocab);
-      linear(exe->lm_head, h.data(), static_cast<size_t>(exe->vocab), H, {}, row);  // the logits
-    }
+    write_logits(exe, a, d, s);
   });
 }
 

@@ -65,58 +65,58 @@ CpuOptions read_prepare_options(const halo_prepare_args* args) {
   return o;
 }
 
-}  // namespace
-
-void prepare(halo_prepare_args* args) {
-  check_args("prepare", args, "prepare: args");
-  if (args->device == nullptr) invalid("prepare: device is NULL");
-  validate_spec(args->spec, "cpu");
-  halo_limits* lim = args->limits;
-  check_args("prepare", lim, "prepare: limits");
-  const halo_model_spec& s = *args->spec;
-
-  auto exe = std::make_unique<halo_executable>();
-  exe->device = args->device->state;
-  exe->architecture = s.architecture ? s.architecture : "";
-  exe->vocab = s.vocab_size;
-  exe->hidden = s.hidden_size;
-  exe->inter = s.intermediate_size;
-  exe->layers = s.num_layers;
-  exe->heads = s.num_heads;
-  exe->kv_heads = s.num_kv_heads;
-  exe->head_dim = s.head_dim;
-  exe->eps = s.rms_norm_eps;
-  exe->flags = s.flags;
-  exe->activation = s.activation;
+// The spec's shapes, copied into the executable, and the RoPE frequencies.
+void copy_spec(halo_executable& exe, const halo_model_spec& s) {
+  exe.architecture = s.architecture ? s.architecture : "";
+  exe.vocab = s.vocab_size;
+  exe.hidden = s.hidden_size;
+  exe.inter = s.intermediate_size;
+  exe.layers = s.num_layers;
+  exe.heads = s.num_heads;
+  exe.kv_heads = s.num_kv_heads;
+  exe.head_dim = s.head_dim;
+  exe.eps = s.rms_norm_eps;
+  exe.flags = s.flags;
+  exe.activation = s.activation;
 
   const kernels::RopeParams rp = rope_params(s);
-  exe->inv_freq.resize(static_cast<size_t>(s.head_dim / 2));
-  kernels::rope_inv_freq(rp, static_cast<size_t>(s.head_dim), exe->inv_freq.data());
+  exe.inv_freq.resize(static_cast<size_t>(s.head_dim / 2));
+  kernels::rope_inv_freq(rp, static_cast<size_t>(s.head_dim), exe.inv_freq.data());
+}
 
-  const CpuOptions opt = read_prepare_options(args);
-  const std::string_view dtype = opt.dtype;
-  exe->fast = opt.kernels == "fast";
+// Whether the fast path's 16-bit matmuls go to oneDNN (option matmul=onednn);
+// refuses it where oneDNN cannot run them.
+bool use_onednn_matmul(const halo_executable& exe, const CpuOptions& opt,
+                       const halo_prepare_args* args) {
 #ifdef HALO_HAVE_ONEDNN
-  const bool use_onednn = exe->fast && opt.matmul == "onednn";
+  const bool use_onednn = exe.fast && opt.matmul == "onednn";
   if (use_onednn && !onednn::available())
     fail(HALO_STATUS_FAILED_PRECONDITION,
          "prepare: matmul=onednn (", opt.matmul_source, ") but oneDNN has no bf16 matmul on this CPU");
   if (use_onednn) onednn::set_num_threads(args->device->threads);
+  return use_onednn;
 #else
+  (void)exe;
+  (void)args;
   if (opt.matmul == "onednn")
     fail(HALO_STATUS_FAILED_PRECONDITION, "prepare: matmul=onednn (", opt.matmul_source,
          ") but this plugin was built without oneDNN");
-  const bool use_onednn = false;
+  return false;
 #endif
+}
 
-  // Weights.
-  const WeightSet w(args->weights, args->num_weights);
-  const int64_t V = s.vocab_size, H = s.hidden_size, I = s.intermediate_size;
-  const int64_t NQ = int64_t{s.num_heads} * s.head_dim, NKV = int64_t{s.num_kv_heads} * s.head_dim;
+// Builds the projections from the checkpoint's matrices, choosing each one's
+// kernel, and counts the weights by dtype for the KV dtype and the log line.
+struct LinearBuilder {
+  const WeightSet& w;
+  bool fast;
+  std::string_view dtype;  // the option: auto, bfloat16 or float32
+  bool use_onednn;
   size_t n16 = 0, nf16 = 0, nf32 = 0, packed_bytes = 0;
   bool any_bf16_matmul = false;  // some projection rounds its inputs to bf16 (v1.3 compute_dtype)
-  // Builds one projection from checkpoint matrices fused along N.
-  auto linear = [&](std::initializer_list<std::pair<std::string, int64_t>> parts, int64_t K,
+
+  // One projection from checkpoint matrices fused along N.
+  Linear operator()(std::initializer_list<std::pair<std::string, int64_t>> parts, int64_t K,
                     std::vector<float> bias) {
     Linear L;
     L.K = static_cast<size_t>(K);
@@ -129,7 +129,7 @@ void prepare(halo_prepare_args* args) {
                                : n16) += static_cast<size_t>(rows * K);
     }
     L.bias = std::move(bias);
-    if (!exe->fast) return L;
+    if (!fast) return L;
     const bool all_f32 =
         std::all_of(L.parts.begin(), L.parts.end(),
                     [](const kernels::WeightSource& p) { return p.dtype == DType::F32; });
@@ -150,23 +150,32 @@ void prepare(halo_prepare_args* args) {
       packed_bytes += L.packed.bytes();
     }
     return L;
-  };
-  auto cat = [](std::initializer_list<const std::vector<float>*> vs) {
-    std::vector<float> out;
-    for (const auto* v : vs) out.insert(out.end(), v->begin(), v->end());
-    return out;
-  };
-  exe->embed = w.get(HALO_WEIGHT_EMBED_TOKENS, {V, H});
-  exe->layer.resize(static_cast<size_t>(s.num_layers));
+  }
+};
+
+std::vector<float> concat(std::initializer_list<const std::vector<float>*> vs) {
+  std::vector<float> out;
+  for (const auto* v : vs) out.insert(out.end(), v->begin(), v->end());
+  return out;
+}
+
+// Every weight, by its canonical name: the embedding, each layer's, the final
+// norm and the LM head (the embedding when tied).
+void load_weights(halo_executable& exe, const halo_model_spec& s, const WeightSet& w,
+                  LinearBuilder& linear) {
+  const int64_t V = s.vocab_size, H = s.hidden_size, I = s.intermediate_size;
+  const int64_t NQ = int64_t{s.num_heads} * s.head_dim, NKV = int64_t{s.num_kv_heads} * s.head_dim;
+  exe.embed = w.get(HALO_WEIGHT_EMBED_TOKENS, {V, H});
+  exe.layer.resize(static_cast<size_t>(s.num_layers));
   for (int32_t i = 0; i < s.num_layers; ++i) {
     const std::string p = HALO_WEIGHT_LAYER_PREFIX + std::to_string(i) + ".";
-    halo::cpu::Layer& L = exe->layer[static_cast<size_t>(i)];
+    halo::cpu::Layer& L = exe.layer[static_cast<size_t>(i)];
     L.attn_norm = w.vec(p + HALO_WEIGHT_ATTN_NORM, H);
     std::vector<float> qkv_bias;
     if (s.flags & HALO_MODEL_QKV_BIAS) {
       const auto qb = w.vec(p + HALO_WEIGHT_Q_BIAS, NQ), kb = w.vec(p + HALO_WEIGHT_K_BIAS, NKV),
                  vb = w.vec(p + HALO_WEIGHT_V_BIAS, NKV);
-      qkv_bias = cat({&qb, &kb, &vb});
+      qkv_bias = concat({&qb, &kb, &vb});
     }
     L.qkv = linear({{p + HALO_WEIGHT_Q_PROJ, NQ},
                     {p + HALO_WEIGHT_K_PROJ, NKV},
@@ -181,44 +190,54 @@ void prepare(halo_prepare_args* args) {
     L.gate_up = linear({{p + HALO_WEIGHT_GATE_PROJ, I}, {p + HALO_WEIGHT_UP_PROJ, I}}, H, {});
     L.down_proj = linear({{p + HALO_WEIGHT_DOWN_PROJ, H}}, I, {});
   }
-  exe->final_norm = w.vec(HALO_WEIGHT_FINAL_NORM, H);
+  exe.final_norm = w.vec(HALO_WEIGHT_FINAL_NORM, H);
   const bool tied = s.flags & HALO_MODEL_TIED_EMBEDDINGS;
-  exe->lm_head = tied ? exe->embed : w.get(HALO_WEIGHT_LM_HEAD, {V, H});
-  exe->lm_head_run = linear({{tied ? HALO_WEIGHT_EMBED_TOKENS : HALO_WEIGHT_LM_HEAD, V}}, H, {});
+  exe.lm_head = tied ? exe.embed : w.get(HALO_WEIGHT_LM_HEAD, {V, H});
+  exe.lm_head_run = linear({{tied ? HALO_WEIGHT_EMBED_TOKENS : HALO_WEIGHT_LM_HEAD, V}}, H, {});
+}
 
-  // KV cache type: auto is bf16 for 16-bit checkpoints on the fast path, else fp32.
+// KV cache type: auto is bf16 for 16-bit checkpoints on the fast path, else fp32.
+int32_t choose_kv_dtype(halo_executable& exe, const halo_limits* lim, const LinearBuilder& lb) {
   const int32_t kv_asked = proposed_kv_dtype(lim);
   check_kv_dtype("cpu", kv_asked, {HALO_KV_DTYPE_FP32, HALO_KV_DTYPE_BF16});
   const bool bf16_compute =
-      exe->fast && (dtype == "bfloat16" || (dtype == "auto" && n16 + nf16 > nf32));
+      exe.fast && (lb.dtype == "bfloat16" || (lb.dtype == "auto" && lb.n16 + lb.nf16 > lb.nf32));
   const int32_t kv_agreed = kv_asked != HALO_KV_DTYPE_AUTO ? kv_asked
                             : bf16_compute                 ? HALO_KV_DTYPE_BF16
                                                            : HALO_KV_DTYPE_FP32;
-  exe->kv_dtype = kv_agreed == HALO_KV_DTYPE_BF16 ? DType::BF16 : DType::F32;
+  exe.kv_dtype = kv_agreed == HALO_KV_DTYPE_BF16 ? DType::BF16 : DType::F32;
+  return kv_agreed;
+}
 
-  // One line on what runs, since the choice changes speed and numerics.
-  if (exe->fast) {
-    const char* gemm = use_onednn                       ? "oneDNN bf16 matmul"
+// One line on what runs, since the choice changes speed and numerics.
+void log_what_runs(const halo_executable& exe, const CpuOptions& opt, const LinearBuilder& lb,
+                   int threads, int32_t kv_agreed) {
+  const std::string_view dtype = lb.dtype;
+  if (exe.fast) {
+    const char* gemm = lb.use_onednn                    ? "oneDNN bf16 matmul"
                        : kernels::cpu_has_avx512_bf16() ? "avx512-bf16 GEMM"
                                                         : "portable bf16 GEMM";
     std::fprintf(
         stderr,
         "halo cpu: fast kernels, %d threads, dtype %.*s: %s over %.0f MB of packed weights "
         "(%.0f MB bf16%s%s)%s; KV cache %s\n",
-        args->device->threads, static_cast<int>(dtype.size()), dtype.data(), gemm,
-        1e-6 * double(packed_bytes), 2e-6 * double(n16),
-        nf16 && dtype != "float32" ? ", fp16 converted to bf16 at load" : "",
-        nf32 && dtype == "bfloat16" ? ", fp32 converted to bf16 at load" : "",
-        nf32 && dtype != "bfloat16" ? "; fp32 weights kept fp32 (pass dtype bfloat16 to convert)"
-        : dtype == "float32"        ? "; matmuls in fp32 (dtype float32)"
-                                    : "",
+        threads, static_cast<int>(dtype.size()), dtype.data(), gemm, 1e-6 * double(lb.packed_bytes),
+        2e-6 * double(lb.n16),
+        lb.nf16 && dtype != "float32" ? ", fp16 converted to bf16 at load" : "",
+        lb.nf32 && dtype == "bfloat16" ? ", fp32 converted to bf16 at load" : "",
+        lb.nf32 && dtype != "bfloat16" ? "; fp32 weights kept fp32 (pass dtype bfloat16 to convert)"
+        : dtype == "float32"           ? "; matmuls in fp32 (dtype float32)"
+                                       : "",
         halo_kv_dtype_name(kv_agreed));
   } else {
     std::fprintf(stderr, "halo cpu: reference kernels (%s=reference), fp32 compute; KV cache %s\n",
                  opt.kernels_source.c_str(), halo_kv_dtype_name(kv_agreed));
   }
+}
 
-  // Limits.
+// The limits: the asked ones (0 = default) agreed, the KV block size in bytes
+// and the memory left for the KV cache.
+void agree_limits(halo_executable& exe, halo_limits* lim, const halo_model_spec& s) {
   auto nonneg = [](const char* name, int32_t v) {
     if (v < 0) invalid("prepare: limits.", name, "=", v, " must not be negative (0 = default)");
   };
@@ -226,28 +245,55 @@ void prepare(halo_prepare_args* args) {
   nonneg("max_model_len", lim->max_model_len);
   nonneg("max_num_batched_tokens", lim->max_num_batched_tokens);
   nonneg("block_size", lim->block_size);
-  exe->max_num_seqs = lim->max_num_seqs ? lim->max_num_seqs : 256;
-  exe->max_model_len = lim->max_model_len ? lim->max_model_len : s.max_position_embeddings;
-  exe->max_num_batched_tokens = lim->max_num_batched_tokens ? lim->max_num_batched_tokens
-                                                            : std::max(2048, exe->max_model_len);
-  exe->block_size = lim->block_size ? lim->block_size : 16;
-  exe->kv_bytes_per_block = 2ull * static_cast<uint64_t>(s.num_layers) *
-                            static_cast<uint64_t>(exe->block_size) * static_cast<uint64_t>(NKV) *
-                            kernels::dtype_size(exe->kv_dtype);
+  const int64_t NKV = int64_t{s.num_kv_heads} * s.head_dim;
+  exe.max_num_seqs = lim->max_num_seqs ? lim->max_num_seqs : 256;
+  exe.max_model_len = lim->max_model_len ? lim->max_model_len : s.max_position_embeddings;
+  exe.max_num_batched_tokens =
+      lim->max_num_batched_tokens ? lim->max_num_batched_tokens : std::max(2048, exe.max_model_len);
+  exe.block_size = lim->block_size ? lim->block_size : 16;
+  exe.kv_bytes_per_block = 2ull * static_cast<uint64_t>(s.num_layers) *
+                           static_cast<uint64_t>(exe.block_size) * static_cast<uint64_t>(NKV) *
+                           kernels::dtype_size(exe.kv_dtype);
   const uint64_t avail = memory_available();
   const uint64_t margin = std::max<uint64_t>(avail / 10, 256ull << 20);
 
-  lim->max_num_seqs = exe->max_num_seqs;
-  lim->max_model_len = exe->max_model_len;
-  lim->max_num_batched_tokens = exe->max_num_batched_tokens;
-  lim->block_size = exe->block_size;
+  lim->max_num_seqs = exe.max_num_seqs;
+  lim->max_model_len = exe.max_model_len;
+  lim->max_num_batched_tokens = exe.max_num_batched_tokens;
+  lim->block_size = exe.block_size;
   lim->capabilities = HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH;
-  lim->kv_bytes_per_block = exe->kv_bytes_per_block;
+  lim->kv_bytes_per_block = exe.kv_bytes_per_block;
   lim->kv_memory_available = avail > margin ? avail - margin : 0;
+}
+
+}  // namespace
+
+void prepare(halo_prepare_args* args) {
+  check_args("prepare", args, "prepare: args");
+  if (args->device == nullptr) invalid("prepare: device is NULL");
+  validate_spec(args->spec, "cpu");
+  halo_limits* lim = args->limits;
+  check_args("prepare", lim, "prepare: limits");
+  const halo_model_spec& s = *args->spec;
+
+  auto exe = std::make_unique<halo_executable>();
+  exe->device = args->device->state;
+  copy_spec(*exe, s);
+  const CpuOptions opt = read_prepare_options(args);
+  exe->fast = opt.kernels == "fast";
+  const bool use_onednn = use_onednn_matmul(*exe, opt, args);
+
+  const WeightSet w(args->weights, args->num_weights);
+  LinearBuilder linear{w, exe->fast, opt.dtype, use_onednn};
+  load_weights(*exe, s, w, linear);
+  const int32_t kv_agreed = choose_kv_dtype(*exe, lim, linear);
+  log_what_runs(*exe, opt, linear, args->device->threads, kv_agreed);
+  agree_limits(*exe, lim, s);
   set_kv_dtype(lim, kv_agreed);
   // bf16 as soon as one projection runs the bf16 GEMM; the reference kernels
   // and fp32 projections keep fp32 activations (16-bit weights widen exactly).
-  set_compute_dtype(lim, any_bf16_matmul ? HALO_COMPUTE_DTYPE_BF16 : HALO_COMPUTE_DTYPE_FP32);
+  set_compute_dtype(lim,
+                    linear.any_bf16_matmul ? HALO_COMPUTE_DTYPE_BF16 : HALO_COMPUTE_DTYPE_FP32);
   args->executable = exe.release();
 }
 

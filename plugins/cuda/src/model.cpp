@@ -314,34 +314,37 @@ int padded_batch(int s, int max_graph) {
   return std::min(b, max_graph);
 }
 
-template <class T>
-void execute_t(halo_execute_args* a, halo_executable* exe, const halo_kv_cache* kv) {
-  const int T_ = a->num_tokens, S = a->num_seqs, L = a->num_logits;
-  const int V = exe->vocab;
-  // Decode items (one query) and prefill tiles (several queries).
+// A step's work items: decode items (one query each) and prefill tiles
+// (up to q_tile queries each), as the attention kernels take them.
+struct StepItems {
   std::vector<int32_t> it_tok, it_ctx, it_row, t_tok0, t_nq, t_c0, t_row;
-  bool all_decode = T_ == S;
-  for (int s = 0; s < S; ++s) {
+  bool all_decode = true;  // every sequence has exactly one query
+};
+
+StepItems collect_items(const halo_execute_args* a, int q_tile) {
+  StepItems w;
+  w.all_decode = a->num_tokens == a->num_seqs;
+  for (int s = 0; s < a->num_seqs; ++s) {
     const int b = a->query_start[s], q = a->query_start[s + 1] - b, ctx = a->context_lens[s];
     if (q == 1) {
-      it_tok.push_back(b), it_ctx.push_back(ctx), it_row.push_back(s);
+      w.it_tok.push_back(b), w.it_ctx.push_back(ctx), w.it_row.push_back(s);
     } else if (q > 1) {
-      all_decode = false;
-      for (int i = 0; i < q; i += exe->q_tile) {
-        t_tok0.push_back(b + i), t_nq.push_back(std::min(exe->q_tile, q - i)), t_c0.push_back(ctx - q + i);
-        t_row.push_back(s);
+      w.all_decode = false;
+      for (int i = 0; i < q; i += q_tile) {
+        w.t_tok0.push_back(b + i), w.t_nq.push_back(std::min(q_tile, q - i)),
+            w.t_c0.push_back(ctx - q + i);
+        w.t_row.push_back(s);
       }
     } else {
-      all_decode = false;
+      w.all_decode = false;
     }
   }
-  const bool graph = exe->device->graphs && exe->tp == 1 && all_decode && S <= exe->max_graph_batch;
-  const int mb_cap = (exe->max_model_len + exe->block_size - 1) / exe->block_size;
-  const int B = graph ? padded_batch(S, exe->max_graph_batch) : 0;
-  const Layout y = graph ? make_layout(B, B, mb_cap, B, B, 0)
-                         : make_layout(T_, S, a->max_blocks_per_seq, L, static_cast<int>(it_tok.size()),
-                                       static_cast<int>(t_tok0.size()));
-  // Capacity (growing the device buffer moves it: captured graphs are dropped).
+  return w;
+}
+
+// Grows the pinned host buffer and every rank's input buffer to hold layout
+// y (growing a device buffer moves it: captured graphs are dropped).
+void ensure_input_capacity(halo_executable* exe, const Layout& y) {
   if (y.bytes > exe->host_inputs_cap) {
     if (exe->host_inputs) cudaFreeHost(exe->host_inputs);
     exe->host_inputs = nullptr;
@@ -357,7 +360,13 @@ void execute_t(halo_execute_args* a, halo_executable* exe, const halo_kv_cache* 
     r->inputs = static_cast<char*>(r->alloc(y.bytes * 2));  // the old one is freed with the rank
     r->inputs_cap = y.bytes * 2;
   }
-  // Pack.
+}
+
+// Packs the step's inputs into the host buffer at layout y. A graph step is
+// padded to B decode rows, the batch its graph was captured for.
+void pack_inputs(const halo_execute_args* a, halo_executable* exe, const Layout& y,
+                 const StepItems& w, bool graph, int B) {
+  const int T_ = a->num_tokens, S = a->num_seqs, L = a->num_logits;
   char* h = exe->host_inputs;
   std::memset(h, 0, y.bytes);
   for (int t = 0; t < y.T; ++t) {
@@ -383,45 +392,75 @@ void execute_t(halo_execute_args* a, halo_executable* exe, const halo_kv_cache* 
     auto put = [&](size_t off, const std::vector<int32_t>& v) {
       if (!v.empty()) std::memcpy(h + off, v.data(), v.size() * 4);
     };
-    put(y.it_tok, it_tok), put(y.it_ctx, it_ctx), put(y.it_row, it_row);
-    put(y.t_tok0, t_tok0), put(y.t_nq, t_nq), put(y.t_c0, t_c0), put(y.t_row, t_row);
+    put(y.it_tok, w.it_tok), put(y.it_ctx, w.it_ctx), put(y.it_row, w.it_row);
+    put(y.t_tok0, w.t_tok0), put(y.t_nq, w.t_nq), put(y.t_c0, w.t_c0), put(y.t_row, w.t_row);
   }
+}
+
+// A decode step of batch B as a CUDA graph: captured on first use (per KV
+// cache: the graph holds its pointers), then launched; L logits copied out.
+template <class T>
+void run_graph_step(halo_executable* exe, const halo_kv_cache* kv, const Forward<T>& f, int B,
+                    int L, float* out) {
+  Rank& r0 = *exe->ranks[0];
+  if (r0.graph_kv_id != kv->id) {
+    r0.drop_graphs();
+    r0.graph_kv_id = kv->id;
+  }
+  auto it = r0.graphs.find(B);
+  if (it == r0.graphs.end()) {
+    check_cuda(cudaStreamBeginCapture(r0.stream, cudaStreamCaptureModeRelaxed),
+               "execute: cudaStreamBeginCapture");
+    cudaGraph_t g = nullptr;
+    try {
+      f.layers();
+      f.logits_part(0, B);
+    } catch (...) {
+      cudaStreamEndCapture(r0.stream, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    check_cuda(cudaStreamEndCapture(r0.stream, &g), "execute: cudaStreamEndCapture");
+    cudaGraphExec_t ge = nullptr;
+    const cudaError_t ie = cudaGraphInstantiate(&ge, g, 0);
+    cudaGraphDestroy(g);
+    check_cuda(ie, "execute: cudaGraphInstantiate");
+    it = r0.graphs.emplace(B, ge).first;
+  }
+  check_cuda(cudaGraphLaunch(it->second, r0.stream), "execute: cudaGraphLaunch");
+  if (L > 0)
+    check_cuda(cudaMemcpyAsync(out, r0.logits, static_cast<size_t>(L) * exe->vocab * 4,
+                               cudaMemcpyDeviceToHost, r0.stream),
+               "execute: cudaMemcpyAsync (logits)");
+}
+
+template <class T>
+void execute_t(halo_execute_args* a, halo_executable* exe, const halo_kv_cache* kv) {
+  const int T_ = a->num_tokens, S = a->num_seqs, L = a->num_logits;
+  const int V = exe->vocab;
+  const StepItems w = collect_items(a, exe->q_tile);
+  const bool graph =
+      exe->device->graphs && exe->tp == 1 && w.all_decode && S <= exe->max_graph_batch;
+  const int mb_cap = (exe->max_model_len + exe->block_size - 1) / exe->block_size;
+  const int B = graph ? padded_batch(S, exe->max_graph_batch) : 0;
+  const Layout y =
+      graph ? make_layout(B, B, mb_cap, B, B, 0)
+            : make_layout(T_, S, a->max_blocks_per_seq, L, static_cast<int>(w.it_tok.size()),
+                          static_cast<int>(w.t_tok0.size()));
+  ensure_input_capacity(exe, y);
+  pack_inputs(a, exe, y, w, graph, B);
   for (auto& r : exe->ranks) {
     check_cuda(cudaSetDevice(r->device), "execute: cudaSetDevice");
-    check_cuda(cudaMemcpyAsync(r->inputs, h, y.bytes, cudaMemcpyHostToDevice, r->stream), "execute: cudaMemcpyAsync");
+    check_cuda(
+        cudaMemcpyAsync(r->inputs, exe->host_inputs, y.bytes, cudaMemcpyHostToDevice, r->stream),
+        "execute: cudaMemcpyAsync");
   }
   Rank& r0 = *exe->ranks[0];
   check_cuda(cudaSetDevice(r0.device), "execute: cudaSetDevice");
   const Forward<T> f{*exe, *kv, y};
   float* out = L > 0 ? reinterpret_cast<float*>(static_cast<char*>(a->logits->data) + a->logits->byte_offset) : nullptr;
   if (graph) {
-    if (r0.graph_kv_id != kv->id) {
-      r0.drop_graphs();
-      r0.graph_kv_id = kv->id;
-    }
-    auto it = r0.graphs.find(B);
-    if (it == r0.graphs.end()) {
-      check_cuda(cudaStreamBeginCapture(r0.stream, cudaStreamCaptureModeRelaxed), "execute: cudaStreamBeginCapture");
-      cudaGraph_t g = nullptr;
-      try {
-        f.layers();
-        f.logits_part(0, B);
-      } catch (...) {
-        cudaStreamEndCapture(r0.stream, &g);
-        if (g) cudaGraphDestroy(g);
-        throw;
-      }
-      check_cuda(cudaStreamEndCapture(r0.stream, &g), "execute: cudaStreamEndCapture");
-      cudaGraphExec_t ge = nullptr;
-      const cudaError_t ie = cudaGraphInstantiate(&ge, g, 0);
-      cudaGraphDestroy(g);
-      check_cuda(ie, "execute: cudaGraphInstantiate");
-      it = r0.graphs.emplace(B, ge).first;
-    }
-    check_cuda(cudaGraphLaunch(it->second, r0.stream), "execute: cudaGraphLaunch");
-    if (L > 0)
-      check_cuda(cudaMemcpyAsync(out, r0.logits, static_cast<size_t>(L) * V * 4, cudaMemcpyDeviceToHost, r0.stream),
-                 "execute: cudaMemcpyAsync (logits)");
+    run_graph_step(exe, kv, f, B, L, out);
   } else {
     f.layers();
     for (int c = 0; c < L; c += exe->logits_chunk) {
@@ -442,50 +481,40 @@ void execute_t(halo_execute_args* a, halo_executable* exe, const halo_kv_cache* 
 
 // ----------------------------------------------------------------- prepare
 
-void prepare(halo_prepare_args* args) {
-  check_args("prepare", args, "prepare: args");
-  if (args->device == nullptr) invalid("prepare: device is NULL");
-  validate_spec(args->spec, "cuda");
-  halo_limits* lim = args->limits;
-  check_args("prepare", lim, "prepare: limits");
-  // The core hands prepare device_open's list too: its keys are known here.
-  OptionReader opts("prepare", args->options, args->num_options);
-  opts.also_known({"tensor_parallel_size", "cuda_graphs"});
-  opts.refuse_unknown();
-  const halo_model_spec& s = *args->spec;
-  auto state = args->device->state;
-  const int tp = static_cast<int>(state->ordinals.size());
-  if (s.num_heads % tp != 0 || s.num_kv_heads % tp != 0 || s.intermediate_size % tp != 0)
-    invalid("prepare: tensor_parallel_size=", tp, " must divide num_heads=", s.num_heads, ", num_kv_heads=",
-            s.num_kv_heads, " and intermediate_size=", s.intermediate_size);
+namespace {
 
-  auto exe = std::make_unique<halo_executable>();
-  exe->device = state;
-  exe->tp = tp;
-  exe->vocab = s.vocab_size;
-  exe->hidden = s.hidden_size;
-  exe->inter = s.intermediate_size;
-  exe->layers = s.num_layers;
-  exe->heads = s.num_heads;
-  exe->kv_heads = s.num_kv_heads;
-  exe->head_dim = s.head_dim;
-  exe->eps = s.rms_norm_eps;
-  exe->flags = s.flags;
-  exe->activation = s.activation;
+// The spec's shapes, copied into the executable.
+void copy_spec(halo_executable& exe, const halo_model_spec& s) {
+  exe.vocab = s.vocab_size;
+  exe.hidden = s.hidden_size;
+  exe.inter = s.intermediate_size;
+  exe.layers = s.num_layers;
+  exe.heads = s.num_heads;
+  exe.kv_heads = s.num_kv_heads;
+  exe.head_dim = s.head_dim;
+  exe.eps = s.rms_norm_eps;
+  exe.flags = s.flags;
+  exe.activation = s.activation;
+}
 
-  const kernels::RopeParams rp = rope_params(s);
-  std::vector<double> inv_freq(static_cast<size_t>(s.head_dim / 2));
-  kernels::rope_inv_freq(rp, static_cast<size_t>(s.head_dim), inv_freq.data());
+// The checkpoint's weights on the host, before conversion and sharding.
+struct HostWeights {
+  Matrix embed, lm_head;
+  std::vector<HostLayer> layers;
+  std::vector<float> final_norm;
+  bool tied = false;
+};
 
-  // Weights (validated exactly as the CPU plugin does).
-  const WeightSet w(args->weights, args->num_weights);
+// Every weight by its canonical name (validated exactly as the CPU plugin does).
+HostWeights read_weights(const WeightSet& w, const halo_model_spec& s) {
   const int64_t V = s.vocab_size, H = s.hidden_size, I = s.intermediate_size;
   const int64_t NQ = int64_t{s.num_heads} * s.head_dim, NKV = int64_t{s.num_kv_heads} * s.head_dim;
-  const Matrix embed = w.get(HALO_WEIGHT_EMBED_TOKENS, {V, H});
-  std::vector<HostLayer> hl(static_cast<size_t>(s.num_layers));
+  HostWeights hw;
+  hw.embed = w.get(HALO_WEIGHT_EMBED_TOKENS, {V, H});
+  hw.layers.resize(static_cast<size_t>(s.num_layers));
   for (int32_t i = 0; i < s.num_layers; ++i) {
     const std::string p = HALO_WEIGHT_LAYER_PREFIX + std::to_string(i) + ".";
-    HostLayer& L = hl[static_cast<size_t>(i)];
+    HostLayer& L = hw.layers[static_cast<size_t>(i)];
     L.attn_norm = w.vec(p + HALO_WEIGHT_ATTN_NORM, H);
     L.q = w.get(p + HALO_WEIGHT_Q_PROJ, {NQ, H});
     L.k = w.get(p + HALO_WEIGHT_K_PROJ, {NKV, H});
@@ -505,25 +534,34 @@ void prepare(halo_prepare_args* args) {
     L.up = w.get(p + HALO_WEIGHT_UP_PROJ, {I, H});
     L.down = w.get(p + HALO_WEIGHT_DOWN_PROJ, {H, I});
   }
-  const std::vector<float> final_norm = w.vec(HALO_WEIGHT_FINAL_NORM, H);
-  const bool tied = s.flags & HALO_MODEL_TIED_EMBEDDINGS;
-  const Matrix lm_head = tied ? embed : w.get(HALO_WEIGHT_LM_HEAD, {V, H});
+  hw.final_norm = w.vec(HALO_WEIGHT_FINAL_NORM, H);
+  hw.tied = s.flags & HALO_MODEL_TIED_EMBEDDINGS;
+  hw.lm_head = hw.tied ? hw.embed : w.get(HALO_WEIGHT_LM_HEAD, {V, H});
+  return hw;
+}
 
-  // Compute type: the checkpoint's 16-bit type (bf16 wins a mix); fp32 -> bf16.
+// Compute type: the checkpoint's 16-bit type (bf16 wins a mix); fp32 -> bf16.
+// The KV cache is stored in the compute type.
+void choose_compute_dtype(halo_executable& exe, const HostWeights& hw, const halo_limits* lim) {
   bool any_bf16 = false, any_f16 = false, any_f32 = false;
   auto see = [&](const Matrix& m) {
     any_bf16 |= m.dtype == DType::BF16, any_f16 |= m.dtype == DType::F16, any_f32 |= m.dtype == DType::F32;
   };
-  see(embed), see(lm_head);
-  for (const auto& L : hl) see(L.q), see(L.k), see(L.v), see(L.o), see(L.gate), see(L.up), see(L.down);
-  exe->dt = any_bf16 || !any_f16 ? Dt::BF16 : Dt::F16;
+  see(hw.embed), see(hw.lm_head);
+  for (const auto& L : hw.layers)
+    see(L.q), see(L.k), see(L.v), see(L.o), see(L.gate), see(L.up), see(L.down);
+  exe.dt = any_bf16 || !any_f16 ? Dt::BF16 : Dt::F16;
   if (any_f32)
-    std::fprintf(stderr, "halo cuda: fp32 weights are converted to %s on upload (GEMMs run in 16-bit with fp32 accumulation)\n",
-                 exe->dt == Dt::BF16 ? "bf16" : "fp16");
-  // The KV cache is stored in the compute type.
-  check_kv_dtype("cuda", proposed_kv_dtype(lim), {exe->dt == Dt::BF16 ? HALO_KV_DTYPE_BF16 : HALO_KV_DTYPE_FP16});
+    std::fprintf(stderr,
+                 "halo cuda: fp32 weights are converted to %s on upload (GEMMs run in 16-bit with "
+                 "fp32 accumulation)\n",
+                 exe.dt == Dt::BF16 ? "bf16" : "fp16");
+  check_kv_dtype("cuda", proposed_kv_dtype(lim),
+                 {exe.dt == Dt::BF16 ? HALO_KV_DTYPE_BF16 : HALO_KV_DTYPE_FP16});
+}
 
-  // Limits (as the CPU plugin; block size 16 by default).
+// Limits (as the CPU plugin; block size 16 by default).
+void agree_limits(halo_executable& exe, const halo_limits* lim, const halo_model_spec& s) {
   auto nonneg = [](const char* name, int32_t v) {
     if (v < 0) invalid("prepare: limits.", name, "=", v, " must not be negative (0 = default)");
   };
@@ -531,125 +569,194 @@ void prepare(halo_prepare_args* args) {
   nonneg("max_model_len", lim->max_model_len);
   nonneg("max_num_batched_tokens", lim->max_num_batched_tokens);
   nonneg("block_size", lim->block_size);
-  exe->max_num_seqs = lim->max_num_seqs ? lim->max_num_seqs : 256;
-  exe->max_model_len = lim->max_model_len ? lim->max_model_len : s.max_position_embeddings;
-  exe->max_num_batched_tokens =
-      lim->max_num_batched_tokens ? lim->max_num_batched_tokens : std::max(2048, exe->max_model_len);
-  exe->block_size = lim->block_size ? lim->block_size : 16;
-  exe->kv_bytes_per_block = 2ull * static_cast<uint64_t>(s.num_layers) * static_cast<uint64_t>(exe->block_size) *
-                            static_cast<uint64_t>(NKV) * 2u;
-  exe->lim = ExecLimits{exe->vocab, exe->max_num_seqs, exe->max_model_len, exe->max_num_batched_tokens, exe->block_size};
+  const int64_t NKV = int64_t{s.num_kv_heads} * s.head_dim;
+  exe.max_num_seqs = lim->max_num_seqs ? lim->max_num_seqs : 256;
+  exe.max_model_len = lim->max_model_len ? lim->max_model_len : s.max_position_embeddings;
+  exe.max_num_batched_tokens =
+      lim->max_num_batched_tokens ? lim->max_num_batched_tokens : std::max(2048, exe.max_model_len);
+  exe.block_size = lim->block_size ? lim->block_size : 16;
+  exe.kv_bytes_per_block = 2ull * static_cast<uint64_t>(s.num_layers) *
+                           static_cast<uint64_t>(exe.block_size) * static_cast<uint64_t>(NKV) * 2u;
+  exe.lim = ExecLimits{exe.vocab, exe.max_num_seqs, exe.max_model_len, exe.max_num_batched_tokens,
+                       exe.block_size};
+}
 
-  // Kernel tiling.
+// Kernel tiling: the attention tiles halved until they fit the GPU's shared
+// memory per block; refuses a head shape that never fits.
+void choose_tiling(halo_executable& exe, const halo_model_spec& s, int tp, int ordinal) {
   const int G = s.num_heads / s.num_kv_heads;
   const int D = s.head_dim;
-  exe->part_size = 512;
-  exe->max_parts = (exe->max_model_len + exe->part_size - 1) / exe->part_size;
-  exe->q_tile = std::max(1, 32 / G);
-  exe->kv_tile = 16;
-  exe->logits_chunk = 256;
-  exe->max_graph_batch = std::min({exe->max_num_seqs, exe->logits_chunk, exe->max_num_batched_tokens});
-  {
-    int optin = 48 * 1024;
-    check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, state->ordinals[0]),
-               "prepare: cudaDeviceGetAttribute");
-    k::AttnShape sh;
-    sh.heads = s.num_heads / tp, sh.kv_heads = s.num_kv_heads / tp, sh.head_dim = D, sh.block_size = exe->block_size;
-    while (exe->q_tile > 1 &&
-           k::PrefillAttnKernel<k::bf16>::smem_floats(sh, exe->q_tile, exe->kv_tile) * 4 > static_cast<size_t>(optin))
-      exe->q_tile /= 2;
-    const int nt = std::max(128, (G + 31) / 32 * 32);
-    while (exe->part_size > 32 &&
-           k::DecodeAttnKernel<k::bf16>::smem_floats(sh, exe->part_size, nt) * 4 > static_cast<size_t>(optin))
-      exe->part_size /= 2;
-    exe->max_parts = (exe->max_model_len + exe->part_size - 1) / exe->part_size;
-    if (k::PrefillAttnKernel<k::bf16>::smem_floats(sh, exe->q_tile, exe->kv_tile) * 4 > static_cast<size_t>(optin) ||
-        k::DecodeAttnKernel<k::bf16>::smem_floats(sh, exe->part_size, nt) * 4 > static_cast<size_t>(optin))
-      fail(HALO_STATUS_UNIMPLEMENTED, "prepare: head_dim=", D, " with ", G,
-           " query heads per kv head needs more shared memory than the GPU's ", optin, " bytes per block");
+  exe.part_size = 512;
+  exe.max_parts = (exe.max_model_len + exe.part_size - 1) / exe.part_size;
+  exe.q_tile = std::max(1, 32 / G);
+  exe.kv_tile = 16;
+  exe.logits_chunk = 256;
+  exe.max_graph_batch = std::min({exe.max_num_seqs, exe.logits_chunk, exe.max_num_batched_tokens});
+  int optin = 48 * 1024;
+  check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal),
+             "prepare: cudaDeviceGetAttribute");
+  k::AttnShape sh;
+  sh.heads = s.num_heads / tp, sh.kv_heads = s.num_kv_heads / tp, sh.head_dim = D,
+  sh.block_size = exe.block_size;
+  while (exe.q_tile > 1 &&
+         k::PrefillAttnKernel<k::bf16>::smem_floats(sh, exe.q_tile, exe.kv_tile) * 4 >
+             static_cast<size_t>(optin))
+    exe.q_tile /= 2;
+  const int nt = std::max(128, (G + 31) / 32 * 32);
+  while (exe.part_size > 32 &&
+         k::DecodeAttnKernel<k::bf16>::smem_floats(sh, exe.part_size, nt) * 4 >
+             static_cast<size_t>(optin))
+    exe.part_size /= 2;
+  exe.max_parts = (exe.max_model_len + exe.part_size - 1) / exe.part_size;
+  if (k::PrefillAttnKernel<k::bf16>::smem_floats(sh, exe.q_tile, exe.kv_tile) * 4 >
+          static_cast<size_t>(optin) ||
+      k::DecodeAttnKernel<k::bf16>::smem_floats(sh, exe.part_size, nt) * 4 >
+          static_cast<size_t>(optin))
+    fail(HALO_STATUS_UNIMPLEMENTED, "prepare: head_dim=", D, " with ", G,
+         " query heads per kv head needs more shared memory than the GPU's ", optin,
+         " bytes per block");
+}
+
+// Rank ri's shard of the weights, converted to the compute type and uploaded:
+// its query/kv heads of QKV and o_proj, its intermediate rows of the MLP.
+void upload_weights(const halo_executable& exe, Rank& r, int ri, const HostWeights& hw,
+                    const std::vector<double>& inv_freq) {
+  const Dt dt = exe.dt;
+  const int tp = exe.tp;
+  const int64_t V = exe.vocab, H = exe.hidden, I = exe.inter;
+  const int64_t NQ = int64_t{exe.heads} * exe.head_dim, NKV = int64_t{exe.kv_heads} * exe.head_dim;
+  const int64_t nq_l = NQ / tp, nkv_l = NKV / tp, i_l = I / tp;
+  std::vector<uint16_t> buf;
+  auto up16 = [&](auto fill) {
+    buf.clear();
+    fill();
+    return static_cast<void*>(upload(r, buf));
+  };
+  r.embed = up16([&] { convert_block(hw.embed, H, 0, V, 0, H, dt, buf); });
+  r.lm_head = hw.tied ? r.embed : up16([&] { convert_block(hw.lm_head, H, 0, V, 0, H, dt, buf); });
+  r.final_norm = upload(r, hw.final_norm);
+  r.inv_freq = upload(r, inv_freq);
+  for (const HostLayer& L : hw.layers) {
+    LayerW W;
+    const int64_t q0 = nq_l * ri, k0 = nkv_l * ri, i0 = i_l * ri;
+    W.qkv = up16([&] {
+      convert_block(L.q, H, q0, q0 + nq_l, 0, H, dt, buf);
+      convert_block(L.k, H, k0, k0 + nkv_l, 0, H, dt, buf);
+      convert_block(L.v, H, k0, k0 + nkv_l, 0, H, dt, buf);
+    });
+    W.o = up16([&] { convert_block(L.o, NQ, 0, H, q0, q0 + nq_l, dt, buf); });
+    W.gate_up = up16([&] {
+      convert_block(L.gate, H, i0, i0 + i_l, 0, H, dt, buf);
+      convert_block(L.up, H, i0, i0 + i_l, 0, H, dt, buf);
+    });
+    W.down = up16([&] { convert_block(L.down, I, 0, H, i0, i0 + i_l, dt, buf); });
+    if (!L.q_bias.empty()) {
+      std::vector<float> b(L.q_bias.begin() + q0, L.q_bias.begin() + q0 + nq_l);
+      b.insert(b.end(), L.k_bias.begin() + k0, L.k_bias.begin() + k0 + nkv_l);
+      b.insert(b.end(), L.v_bias.begin() + k0, L.v_bias.begin() + k0 + nkv_l);
+      W.qkv_bias = upload(r, b);
+    }
+    if (!L.q_norm.empty()) {
+      W.q_norm = upload(r, L.q_norm);
+      W.k_norm = upload(r, L.k_norm);
+    }
+    W.attn_norm = upload(r, L.attn_norm);
+    W.mlp_norm = upload(r, L.mlp_norm);
+    r.layer.push_back(W);
   }
+}
+
+// Rank ri's step buffers, sized for the largest step the limits allow (the
+// logits buffer on rank 0 only).
+void alloc_step_buffers(const halo_executable& exe, Rank& r, int ri) {
+  const int tp = exe.tp;
+  const int64_t NQ = int64_t{exe.heads} * exe.head_dim, NKV = int64_t{exe.kv_heads} * exe.head_dim;
+  const int64_t nq_l = NQ / tp, nkv_l = NKV / tp, i_l = int64_t{exe.inter} / tp;
+  const size_t Tc = static_cast<size_t>(exe.max_num_batched_tokens),
+               Hs = static_cast<size_t>(exe.hidden);
+  const size_t es = 2, Lc = static_cast<size_t>(exe.logits_chunk),
+               Sc = static_cast<size_t>(exe.max_num_seqs);
+  const size_t qkv_n = static_cast<size_t>(nq_l + 2 * nkv_l);
+  r.x = static_cast<float*>(r.alloc(Tc * Hs * 4));
+  r.delta = static_cast<float*>(r.alloc(Tc * Hs * 4));
+  r.qkv = static_cast<float*>(r.alloc(Tc * qkv_n * 4));
+  r.gu = static_cast<float*>(r.alloc(Tc * 2 * static_cast<size_t>(i_l) * 4));
+  r.h = r.alloc(Tc * Hs * es);
+  r.attn = r.alloc(Tc * static_cast<size_t>(nq_l) * es);
+  r.act = r.alloc(Tc * static_cast<size_t>(i_l) * es);
+  r.hf = r.alloc(Lc * Hs * es);
+  if (ri == 0) r.logits = static_cast<float*>(r.alloc(Lc * static_cast<size_t>(exe.vocab) * 4));
+  const size_t parts =
+      static_cast<size_t>(exe.max_parts) * Sc * static_cast<size_t>(exe.heads / tp);
+  r.tmp_out = static_cast<float*>(r.alloc(parts * static_cast<size_t>(exe.head_dim) * 4));
+  r.tmp_ml = static_cast<float*>(r.alloc(parts * 2 * 4));
+  const int mb_cap = (exe.max_model_len + exe.block_size - 1) / exe.block_size;
+  const Layout cap = make_layout(static_cast<int>(Tc), static_cast<int>(Sc), mb_cap,
+                                 static_cast<int>(Tc), static_cast<int>(Sc), static_cast<int>(Tc));
+  r.inputs = static_cast<char*>(r.alloc(cap.bytes));
+  r.inputs_cap = cap.bytes;
+}
+
+// One rank per GPU: its stream and cuBLAS handle, its weights and step
+// buffers. Returns the GPU's free memory once they are in place.
+uint64_t create_rank(halo_executable& exe, int ri, const HostWeights& hw,
+                     const std::vector<double>& inv_freq) {
+  auto rank = std::make_unique<Rank>();
+  Rank& r = *rank;
+  r.device = exe.device->ordinals[static_cast<size_t>(ri)];
+  exe.ranks.push_back(std::move(rank));  // owned (and freed on failure) from here
+  check_cuda(cudaSetDevice(r.device), "prepare: cudaSetDevice");
+  check_cuda(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking),
+             "prepare: cudaStreamCreate");
+  check_blas(cublasCreate(&r.blas), "prepare: cublasCreate");
+  check_blas(cublasSetStream(r.blas, r.stream), "prepare: cublasSetStream");
+  const size_t ws = 32u << 20;  // a fixed workspace keeps cuBLAS capturable in CUDA graphs
+  check_blas(cublasSetWorkspace(r.blas, r.alloc(ws), ws), "prepare: cublasSetWorkspace");
+  upload_weights(exe, r, ri, hw, inv_freq);
+  alloc_step_buffers(exe, r, ri);
+  check_cuda(cudaDeviceSynchronize(), "prepare: upload");
+  size_t free_b = 0, total_b = 0;
+  check_cuda(cudaMemGetInfo(&free_b, &total_b), "prepare: cudaMemGetInfo");
+  return free_b;
+}
+
+}  // namespace
+
+void prepare(halo_prepare_args* args) {
+  check_args("prepare", args, "prepare: args");
+  if (args->device == nullptr) invalid("prepare: device is NULL");
+  validate_spec(args->spec, "cuda");
+  halo_limits* lim = args->limits;
+  check_args("prepare", lim, "prepare: limits");
+  // The core hands prepare device_open's list too: its keys are known here.
+  OptionReader opts("prepare", args->options, args->num_options);
+  opts.also_known({"tensor_parallel_size", "cuda_graphs"});
+  opts.refuse_unknown();
+  const halo_model_spec& s = *args->spec;
+  auto state = args->device->state;
+  const int tp = static_cast<int>(state->ordinals.size());
+  if (s.num_heads % tp != 0 || s.num_kv_heads % tp != 0 || s.intermediate_size % tp != 0)
+    invalid("prepare: tensor_parallel_size=", tp, " must divide num_heads=", s.num_heads,
+            ", num_kv_heads=", s.num_kv_heads, " and intermediate_size=", s.intermediate_size);
+
+  auto exe = std::make_unique<halo_executable>();
+  exe->device = state;
+  exe->tp = tp;
+  copy_spec(*exe, s);
+  const kernels::RopeParams rp = rope_params(s);
+  std::vector<double> inv_freq(static_cast<size_t>(s.head_dim / 2));
+  kernels::rope_inv_freq(rp, static_cast<size_t>(s.head_dim), inv_freq.data());
+
+  const WeightSet w(args->weights, args->num_weights);
+  const HostWeights hw = read_weights(w, s);
+  choose_compute_dtype(*exe, hw, lim);
+  agree_limits(*exe, lim, s);
+  choose_tiling(*exe, s, tp, state->ordinals[0]);
 
   // Upload, rank by rank.
-  const Dt dt = exe->dt;
-  const int64_t nq_l = NQ / tp, nkv_l = NKV / tp, i_l = I / tp;
   uint64_t min_free = UINT64_MAX;
-  for (int ri = 0; ri < tp; ++ri) {
-    auto rank = std::make_unique<Rank>();
-    Rank& r = *rank;
-    r.device = state->ordinals[static_cast<size_t>(ri)];
-    exe->ranks.push_back(std::move(rank));
-    check_cuda(cudaSetDevice(r.device), "prepare: cudaSetDevice");
-    check_cuda(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking), "prepare: cudaStreamCreate");
-    check_blas(cublasCreate(&r.blas), "prepare: cublasCreate");
-    check_blas(cublasSetStream(r.blas, r.stream), "prepare: cublasSetStream");
-    const size_t ws = 32u << 20;  // a fixed workspace keeps cuBLAS capturable in CUDA graphs
-    check_blas(cublasSetWorkspace(r.blas, r.alloc(ws), ws), "prepare: cublasSetWorkspace");
-
-    std::vector<uint16_t> buf;
-    auto up16 = [&](auto fill) {
-      buf.clear();
-      fill();
-      return static_cast<void*>(upload(r, buf));
-    };
-    r.embed = up16([&] { convert_block(embed, H, 0, V, 0, H, dt, buf); });
-    r.lm_head = tied ? r.embed : up16([&] { convert_block(lm_head, H, 0, V, 0, H, dt, buf); });
-    r.final_norm = upload(r, final_norm);
-    r.inv_freq = upload(r, inv_freq);
-    for (const HostLayer& L : hl) {
-      LayerW W;
-      const int64_t q0 = nq_l * ri, k0 = nkv_l * ri, i0 = i_l * ri;
-      W.qkv = up16([&] {
-        convert_block(L.q, H, q0, q0 + nq_l, 0, H, dt, buf);
-        convert_block(L.k, H, k0, k0 + nkv_l, 0, H, dt, buf);
-        convert_block(L.v, H, k0, k0 + nkv_l, 0, H, dt, buf);
-      });
-      W.o = up16([&] { convert_block(L.o, NQ, 0, H, q0, q0 + nq_l, dt, buf); });
-      W.gate_up = up16([&] {
-        convert_block(L.gate, H, i0, i0 + i_l, 0, H, dt, buf);
-        convert_block(L.up, H, i0, i0 + i_l, 0, H, dt, buf);
-      });
-      W.down = up16([&] { convert_block(L.down, I, 0, H, i0, i0 + i_l, dt, buf); });
-      if (!L.q_bias.empty()) {
-        std::vector<float> b(L.q_bias.begin() + q0, L.q_bias.begin() + q0 + nq_l);
-        b.insert(b.end(), L.k_bias.begin() + k0, L.k_bias.begin() + k0 + nkv_l);
-        b.insert(b.end(), L.v_bias.begin() + k0, L.v_bias.begin() + k0 + nkv_l);
-        W.qkv_bias = upload(r, b);
-      }
-      if (!L.q_norm.empty()) {
-        W.q_norm = upload(r, L.q_norm);
-        W.k_norm = upload(r, L.k_norm);
-      }
-      W.attn_norm = upload(r, L.attn_norm);
-      W.mlp_norm = upload(r, L.mlp_norm);
-      r.layer.push_back(W);
-    }
-
-    // Step buffers.
-    const size_t Tc = static_cast<size_t>(exe->max_num_batched_tokens), Hs = static_cast<size_t>(H);
-    const size_t es = 2, Lc = static_cast<size_t>(exe->logits_chunk), Sc = static_cast<size_t>(exe->max_num_seqs);
-    const size_t qkv_n = static_cast<size_t>(nq_l + 2 * nkv_l);
-    r.x = static_cast<float*>(r.alloc(Tc * Hs * 4));
-    r.delta = static_cast<float*>(r.alloc(Tc * Hs * 4));
-    r.qkv = static_cast<float*>(r.alloc(Tc * qkv_n * 4));
-    r.gu = static_cast<float*>(r.alloc(Tc * 2 * static_cast<size_t>(i_l) * 4));
-    r.h = r.alloc(Tc * Hs * es);
-    r.attn = r.alloc(Tc * static_cast<size_t>(nq_l) * es);
-    r.act = r.alloc(Tc * static_cast<size_t>(i_l) * es);
-    r.hf = r.alloc(Lc * Hs * es);
-    if (ri == 0) r.logits = static_cast<float*>(r.alloc(Lc * static_cast<size_t>(V) * 4));
-    const size_t parts = static_cast<size_t>(exe->max_parts) * Sc * static_cast<size_t>(s.num_heads / tp);
-    r.tmp_out = static_cast<float*>(r.alloc(parts * static_cast<size_t>(D) * 4));
-    r.tmp_ml = static_cast<float*>(r.alloc(parts * 2 * 4));
-    const int mb_cap = (exe->max_model_len + exe->block_size - 1) / exe->block_size;
-    const Layout cap = make_layout(static_cast<int>(Tc), static_cast<int>(Sc), mb_cap, static_cast<int>(Tc),
-                                   static_cast<int>(Sc), static_cast<int>(Tc));
-    r.inputs = static_cast<char*>(r.alloc(cap.bytes));
-    r.inputs_cap = cap.bytes;
-    check_cuda(cudaDeviceSynchronize(), "prepare: upload");
-    size_t free_b = 0, total_b = 0;
-    check_cuda(cudaMemGetInfo(&free_b, &total_b), "prepare: cudaMemGetInfo");
-    min_free = std::min<uint64_t>(min_free, free_b);
-  }
+  for (int ri = 0; ri < tp; ++ri)
+    min_free = std::min<uint64_t>(min_free, create_rank(*exe, ri, hw, inv_freq));
   const uint64_t margin = std::max<uint64_t>(min_free / 20, 256ull << 20);  // graphs, cuBLAS, fragmentation
   const uint64_t avail = min_free > margin ? (min_free - margin) * static_cast<uint64_t>(tp) : 0;
 

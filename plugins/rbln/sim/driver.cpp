@@ -173,123 +173,208 @@ void grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
-// Runs one graph execution on the host: every chip's shard in turn, the
-// all-reduce as a sum of the chips' partial products in chip order.
-void run_graph(halo::kernels::ThreadPool& pool, const GraphCmd& g) {
-  namespace k = halo::kernels;
-  const _ze_rbln_graph_handle_t& G = *g.graph;
-  const ze_rbln_decoder_desc_t& m = G.model;
-  const uint32_t n = static_cast<uint32_t>(G.devices.size());
-  const size_t R = G.rows, H = m.hidden, hd = m.head_dim, half = hd / 2, V = m.vocab;
-  const size_t group = m.heads / m.kv_heads;
-  const DType wt = dtype_of(m.weight_dtype);
-  const size_t slots = ze_rbln_num_weight_slots(m.layers);
-  const float eps = m.rms_norm_eps;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  auto W = [&](uint32_t c, size_t slot) { return G.weights[c * slots + slot]; };
-  auto WL = [&](uint32_t c, uint32_t l, size_t s) { return W(c, ZE_RBLN_W_GLOBAL + size_t{l} * ZE_RBLN_L_SLOTS + s); };
-  auto F = [](void* p) { return static_cast<const float*>(p); };
+// One graph execution on the host: its shapes, weights and activations,
+// shared by its stages (embedding, per layer attention then MLP, logits).
+// Every chip's shard runs in turn; the all-reduce is a sum of the chips'
+// partial products in chip order.
+class HostGraphRun {
+ public:
+  HostGraphRun(halo::kernels::ThreadPool& pool, const GraphCmd& g)
+      : pool_(pool),
+        g_(g),
+        G_(*g.graph),
+        m_(G_.model),
+        n_(static_cast<uint32_t>(G_.devices.size())),
+        R_(G_.rows),
+        H_(m_.hidden),
+        hd_(m_.head_dim),
+        half_(hd_ / 2),
+        V_(m_.vocab),
+        group_(m_.heads / m_.kv_heads),
+        wt_(dtype_of(m_.weight_dtype)),
+        slots_(ze_rbln_num_weight_slots(m_.layers)),
+        eps_(m_.rms_norm_eps),
+        scale_(1.0f / std::sqrt(static_cast<float>(hd_))),
+        x_(R_ * H_),
+        h_(R_ * H_),
+        sum_(R_ * H_),
+        part_(R_ * H_),
+        cs_(R_ * half_),
+        sn_(R_ * half_) {}
 
-  std::vector<float> x(R * H), h(R * H), sum(R * H), part(R * H), cs(R * half), sn(R * half);
-  std::vector<float> q, kk, vv, attn, gate, up;
-  const size_t esz = k::dtype_size(wt);
-  pool.parallel_for(R, [&](size_t t, int) {
-    k::to_f32(static_cast<const char*>(W(0, ZE_RBLN_W_EMBED)) + static_cast<size_t>(g.tokens[t]) * H * esz, wt,
-              x.data() + t * H, H);
-    k::rope_cos_sin(g.positions[t], G.inv_freq.data(), half, cs.data() + t * half, sn.data() + t * half);
-  });
-  const bool qk_norm = m.flags & ZE_RBLN_MODEL_QK_NORM;
-  for (uint32_t l = 0; l < m.layers; ++l) {
-    pool.parallel_for(R, [&](size_t t, int) {
-      k::rmsnorm(x.data() + t * H, F(WL(0, l, ZE_RBLN_L_ATTN_NORM)), H, eps, h.data() + t * H);
-    });
-    for (uint32_t c = 0; c < n; ++c) {
-      const size_t q_lo = ze_rbln_split(m.heads, c, n), nq = ze_rbln_split(m.heads, c + 1, n) - q_lo;
-      const size_t kv_lo = ze_rbln_kv_lo(&m, c, n), nkv = ze_rbln_kv_hi(&m, c, n) - kv_lo;
-      const size_t NQ = nq * hd, NKV = nkv * hd;
-      grow(q, R * NQ);
-      grow(attn, R * NQ);
-      grow(kk, R * NKV);
-      grow(vv, R * NKV);
-      k::matmul_nt(pool, h.data(), R, H, WL(c, l, ZE_RBLN_L_Q), wt, NQ, F(WL(c, l, ZE_RBLN_L_QB)), q.data());
-      k::matmul_nt(pool, h.data(), R, H, WL(c, l, ZE_RBLN_L_K), wt, NKV, F(WL(c, l, ZE_RBLN_L_KB)), kk.data());
-      k::matmul_nt(pool, h.data(), R, H, WL(c, l, ZE_RBLN_L_V), wt, NKV, F(WL(c, l, ZE_RBLN_L_VB)), vv.data());
-      float* kc = static_cast<float*>(g.kv[(size_t{c} * m.layers + l) * 2 + 0]);
-      float* vc = static_cast<float*>(g.kv[(size_t{c} * m.layers + l) * 2 + 1]);
-      pool.parallel_for(R, [&](size_t t, int) {
-        float* qt = q.data() + t * NQ;
-        float* kt = kk.data() + t * NKV;
-        if (qk_norm) {
-          for (size_t i = 0; i < nq; ++i) k::rmsnorm(qt + i * hd, F(WL(c, l, ZE_RBLN_L_QN)), hd, eps, qt + i * hd);
-          for (size_t i = 0; i < nkv; ++i) k::rmsnorm(kt + i * hd, F(WL(c, l, ZE_RBLN_L_KN)), hd, eps, kt + i * hd);
-        }
-        k::rope_neox(qt, nq, hd, cs.data() + t * half, sn.data() + t * half);
-        k::rope_neox(kt, nkv, hd, cs.data() + t * half, sn.data() + t * half);
-        const int64_t slot = g.slots[t];
-        if (slot >= 0) {
-          std::memcpy(kc + static_cast<size_t>(slot) * NKV, kt, NKV * sizeof(float));
-          std::memcpy(vc + static_cast<size_t>(slot) * NKV, vv.data() + t * NKV, NKV * sizeof(float));
-        }
-      });
-      const k::PagedKV pkv{kc, vc, static_cast<int32_t>(G.max_seq_len), static_cast<int32_t>(nkv),
-                           static_cast<int32_t>(hd)};
-      pool.parallel_for(R * nkv, [&](size_t task, int worker) {
-        const size_t t = task / nkv, gl = task % nkv;
-        const size_t g_glob = kv_lo + gl;
-        // Local query heads that read this kv head: a contiguous run.
-        const size_t h0 = std::max(q_lo, g_glob * group), h1 = std::min(q_lo + nq, (g_glob + 1) * group);
-        float* out = attn.data() + t * NQ + (h0 - q_lo) * hd;
-        if (h1 <= h0) return;
-        const int32_t n_ctx = g.ctx[t];
-        if (n_ctx <= 0) {  // padding row
-          std::fill(out, out + (h1 - h0) * hd, 0.0f);
-          return;
-        }
-        float* scores = pool.scratch(worker, 1, static_cast<size_t>(n_ctx));
-        k::paged_attention(q.data() + t * NQ + (h0 - q_lo) * hd, h1 - h0, pkv, static_cast<int32_t>(gl),
-                           &g.blocks[t], n_ctx, scale, scores, out);
-      });
-      k::matmul_nt(pool, attn.data(), R, NQ, WL(c, l, ZE_RBLN_L_O), wt, H, nullptr, c == 0 ? sum.data() : part.data());
-      if (c > 0) k::add_inplace(sum.data(), part.data(), R * H);  // all-reduce, chip order
+  void run() {
+    embed();
+    for (uint32_t l = 0; l < m_.layers; ++l) {
+      attention(l);
+      mlp(l);
     }
-    pool.parallel_for(R, [&](size_t t, int) {
-      k::add_inplace(x.data() + t * H, sum.data() + t * H, H);
-      k::rmsnorm(x.data() + t * H, F(WL(0, l, ZE_RBLN_L_MLP_NORM)), H, eps, h.data() + t * H);
+    logits();
+  }
+
+ private:
+  void* W(uint32_t c, size_t slot) const { return G_.weights[c * slots_ + slot]; }
+  void* WL(uint32_t c, uint32_t l, size_t s) const {
+    return W(c, ZE_RBLN_W_GLOBAL + size_t{l} * ZE_RBLN_L_SLOTS + s);
+  }
+  static const float* F(void* p) { return static_cast<const float*>(p); }
+
+  // The tokens' embeddings and their rotary cos/sin.
+  void embed() {
+    namespace k = halo::kernels;
+    const size_t esz = k::dtype_size(wt_);
+    pool_.parallel_for(R_, [&](size_t t, int) {
+      k::to_f32(static_cast<const char*>(W(0, ZE_RBLN_W_EMBED)) +
+                    static_cast<size_t>(g_.tokens[t]) * H_ * esz,
+                wt_, x_.data() + t * H_, H_);
+      k::rope_cos_sin(g_.positions[t], G_.inv_freq.data(), half_, cs_.data() + t * half_,
+                      sn_.data() + t * half_);
     });
-    for (uint32_t c = 0; c < n; ++c) {
-      const size_t I = ze_rbln_split(m.intermediate, c + 1, n) - ze_rbln_split(m.intermediate, c, n);
-      grow(gate, R * I);
-      grow(up, R * I);
-      k::matmul_nt(pool, h.data(), R, H, WL(c, l, ZE_RBLN_L_GATE), wt, I, nullptr, gate.data());
-      k::matmul_nt(pool, h.data(), R, H, WL(c, l, ZE_RBLN_L_UP), wt, I, nullptr, up.data());
-      pool.parallel_for(R, [&](size_t t, int) {
-        if (m.activation == 1)
-          k::gelu_tanh_mul(gate.data() + t * I, up.data() + t * I, gate.data() + t * I, I);
+  }
+
+  // Layer l's attention block: each chip's query heads, all-reduced into x.
+  void attention(uint32_t l) {
+    namespace k = halo::kernels;
+    pool_.parallel_for(R_, [&](size_t t, int) {
+      k::rmsnorm(x_.data() + t * H_, F(WL(0, l, ZE_RBLN_L_ATTN_NORM)), H_, eps_,
+                 h_.data() + t * H_);
+    });
+    for (uint32_t c = 0; c < n_; ++c) attention_shard(l, c);
+    pool_.parallel_for(R_, [&](size_t t, int) {
+      k::add_inplace(x_.data() + t * H_, sum_.data() + t * H_, H_);
+      k::rmsnorm(x_.data() + t * H_, F(WL(0, l, ZE_RBLN_L_MLP_NORM)), H_, eps_, h_.data() + t * H_);
+    });
+  }
+
+  // Chip c's share of layer l's attention: QKV, qk-norm, RoPE, KV write,
+  // paged attention, o_proj into sum (chip 0) or added to it.
+  void attention_shard(uint32_t l, uint32_t c) {
+    namespace k = halo::kernels;
+    const ze_rbln_decoder_desc_t& m = m_;
+    const size_t R = R_, H = H_, hd = hd_, half = half_;
+    const size_t q_lo = ze_rbln_split(m.heads, c, n_),
+                 nq = ze_rbln_split(m.heads, c + 1, n_) - q_lo;
+    const size_t kv_lo = ze_rbln_kv_lo(&m, c, n_), nkv = ze_rbln_kv_hi(&m, c, n_) - kv_lo;
+    const size_t NQ = nq * hd, NKV = nkv * hd;
+    grow(q_, R * NQ);
+    grow(attn_, R * NQ);
+    grow(kk_, R * NKV);
+    grow(vv_, R * NKV);
+    k::matmul_nt(pool_, h_.data(), R, H, WL(c, l, ZE_RBLN_L_Q), wt_, NQ, F(WL(c, l, ZE_RBLN_L_QB)),
+                 q_.data());
+    k::matmul_nt(pool_, h_.data(), R, H, WL(c, l, ZE_RBLN_L_K), wt_, NKV, F(WL(c, l, ZE_RBLN_L_KB)),
+                 kk_.data());
+    k::matmul_nt(pool_, h_.data(), R, H, WL(c, l, ZE_RBLN_L_V), wt_, NKV, F(WL(c, l, ZE_RBLN_L_VB)),
+                 vv_.data());
+    float* kc = static_cast<float*>(g_.kv[(size_t{c} * m.layers + l) * 2 + 0]);
+    float* vc = static_cast<float*>(g_.kv[(size_t{c} * m.layers + l) * 2 + 1]);
+    const bool qk_norm = m.flags & ZE_RBLN_MODEL_QK_NORM;
+    pool_.parallel_for(R, [&](size_t t, int) {
+      float* qt = q_.data() + t * NQ;
+      float* kt = kk_.data() + t * NKV;
+      if (qk_norm) {
+        for (size_t i = 0; i < nq; ++i)
+          k::rmsnorm(qt + i * hd, F(WL(c, l, ZE_RBLN_L_QN)), hd, eps_, qt + i * hd);
+        for (size_t i = 0; i < nkv; ++i)
+          k::rmsnorm(kt + i * hd, F(WL(c, l, ZE_RBLN_L_KN)), hd, eps_, kt + i * hd);
+      }
+      k::rope_neox(qt, nq, hd, cs_.data() + t * half, sn_.data() + t * half);
+      k::rope_neox(kt, nkv, hd, cs_.data() + t * half, sn_.data() + t * half);
+      const int64_t slot = g_.slots[t];
+      if (slot >= 0) {
+        std::memcpy(kc + static_cast<size_t>(slot) * NKV, kt, NKV * sizeof(float));
+        std::memcpy(vc + static_cast<size_t>(slot) * NKV, vv_.data() + t * NKV,
+                    NKV * sizeof(float));
+      }
+    });
+    const k::PagedKV pkv{kc, vc, static_cast<int32_t>(G_.max_seq_len), static_cast<int32_t>(nkv),
+                         static_cast<int32_t>(hd)};
+    pool_.parallel_for(R * nkv, [&](size_t task, int worker) {
+      const size_t t = task / nkv, gl = task % nkv;
+      const size_t g_glob = kv_lo + gl;
+      // Local query heads that read this kv head: a contiguous run.
+      const size_t h0 = std::max(q_lo, g_glob * group_),
+                   h1 = std::min(q_lo + nq, (g_glob + 1) * group_);
+      float* out = attn_.data() + t * NQ + (h0 - q_lo) * hd;
+      if (h1 <= h0) return;
+      const int32_t n_ctx = g_.ctx[t];
+      if (n_ctx <= 0) {  // padding row
+        std::fill(out, out + (h1 - h0) * hd, 0.0f);
+        return;
+      }
+      float* scores = pool_.scratch(worker, 1, static_cast<size_t>(n_ctx));
+      k::paged_attention(q_.data() + t * NQ + (h0 - q_lo) * hd, h1 - h0, pkv,
+                         static_cast<int32_t>(gl), &g_.blocks[t], n_ctx, scale_, scores, out);
+    });
+    k::matmul_nt(pool_, attn_.data(), R, NQ, WL(c, l, ZE_RBLN_L_O), wt_, H, nullptr,
+                 c == 0 ? sum_.data() : part_.data());
+    if (c > 0) k::add_inplace(sum_.data(), part_.data(), R * H);  // all-reduce, chip order
+  }
+
+  // Layer l's MLP: each chip's intermediate rows, all-reduced into x.
+  void mlp(uint32_t l) {
+    namespace k = halo::kernels;
+    const size_t R = R_, H = H_;
+    for (uint32_t c = 0; c < n_; ++c) {
+      const size_t I =
+          ze_rbln_split(m_.intermediate, c + 1, n_) - ze_rbln_split(m_.intermediate, c, n_);
+      grow(gate_, R * I);
+      grow(up_, R * I);
+      k::matmul_nt(pool_, h_.data(), R, H, WL(c, l, ZE_RBLN_L_GATE), wt_, I, nullptr, gate_.data());
+      k::matmul_nt(pool_, h_.data(), R, H, WL(c, l, ZE_RBLN_L_UP), wt_, I, nullptr, up_.data());
+      pool_.parallel_for(R, [&](size_t t, int) {
+        if (m_.activation == 1)
+          k::gelu_tanh_mul(gate_.data() + t * I, up_.data() + t * I, gate_.data() + t * I, I);
         else
-          k::silu_mul(gate.data() + t * I, up.data() + t * I, gate.data() + t * I, I);
+          k::silu_mul(gate_.data() + t * I, up_.data() + t * I, gate_.data() + t * I, I);
       });
-      k::matmul_nt(pool, gate.data(), R, I, WL(c, l, ZE_RBLN_L_DOWN), wt, H, nullptr, c == 0 ? sum.data() : part.data());
-      if (c > 0) k::add_inplace(sum.data(), part.data(), R * H);
+      k::matmul_nt(pool_, gate_.data(), R, I, WL(c, l, ZE_RBLN_L_DOWN), wt_, H, nullptr,
+                   c == 0 ? sum_.data() : part_.data());
+      if (c > 0) k::add_inplace(sum_.data(), part_.data(), R * H);
     }
-    pool.parallel_for(R, [&](size_t t, int) { k::add_inplace(x.data() + t * H, sum.data() + t * H, H); });
+    pool_.parallel_for(
+        R, [&](size_t t, int) { k::add_inplace(x_.data() + t * H, sum_.data() + t * H, H); });
   }
-  const size_t L = g.logits_rows.size();
-  if (L == 0) return;
-  std::vector<float> fr(L * H), shard;
-  for (size_t i = 0; i < L; ++i)
-    k::rmsnorm(x.data() + static_cast<size_t>(g.logits_rows[i]) * H, F(W(0, ZE_RBLN_W_FINAL_NORM)), H, eps,
-               fr.data() + i * H);
-  for (uint32_t c = 0; c < n; ++c) {
-    const size_t v_lo = ze_rbln_split(m.vocab, c, n), nv = ze_rbln_split(m.vocab, c + 1, n) - v_lo;
-    if (n == 1) {
-      k::matmul_nt(pool, fr.data(), L, H, W(c, ZE_RBLN_W_LM_HEAD), wt, V, nullptr, g.logits);
-      break;
+
+  // The requested rows' logits: final norm, then each chip's vocabulary
+  // shard of lm_head, all-gathered.
+  void logits() {
+    namespace k = halo::kernels;
+    const size_t L = g_.logits_rows.size(), H = H_, V = V_;
+    if (L == 0) return;
+    std::vector<float> fr(L * H), shard;
+    for (size_t i = 0; i < L; ++i)
+      k::rmsnorm(x_.data() + static_cast<size_t>(g_.logits_rows[i]) * H,
+                 F(W(0, ZE_RBLN_W_FINAL_NORM)), H, eps_, fr.data() + i * H);
+    for (uint32_t c = 0; c < n_; ++c) {
+      const size_t v_lo = ze_rbln_split(m_.vocab, c, n_),
+                   nv = ze_rbln_split(m_.vocab, c + 1, n_) - v_lo;
+      if (n_ == 1) {
+        k::matmul_nt(pool_, fr.data(), L, H, W(c, ZE_RBLN_W_LM_HEAD), wt_, V, nullptr, g_.logits);
+        break;
+      }
+      grow(shard, L * nv);
+      k::matmul_nt(pool_, fr.data(), L, H, W(c, ZE_RBLN_W_LM_HEAD), wt_, nv, nullptr, shard.data());
+      for (size_t i = 0; i < L; ++i)
+        std::memcpy(g_.logits + i * V + v_lo, shard.data() + i * nv,
+                    nv * sizeof(float));  // all-gather
     }
-    grow(shard, L * nv);
-    k::matmul_nt(pool, fr.data(), L, H, W(c, ZE_RBLN_W_LM_HEAD), wt, nv, nullptr, shard.data());
-    for (size_t i = 0; i < L; ++i) std::memcpy(g.logits + i * V + v_lo, shard.data() + i * nv, nv * sizeof(float));  // all-gather
   }
-}
+
+  halo::kernels::ThreadPool& pool_;
+  const GraphCmd& g_;
+  const _ze_rbln_graph_handle_t& G_;
+  const ze_rbln_decoder_desc_t& m_;
+  const uint32_t n_;
+  const size_t R_, H_, hd_, half_, V_, group_;
+  const DType wt_;
+  const size_t slots_;
+  const float eps_, scale_;
+  std::vector<float> x_, h_, sum_, part_, cs_, sn_;
+  std::vector<float> q_, kk_, vv_, attn_, gate_, up_;
+};
+
+// Runs one graph execution on the host.
+void run_graph(halo::kernels::ThreadPool& pool, const GraphCmd& g) { HostGraphRun(pool, g).run(); }
 
 void advance_clock(const GraphCmd& g, const ze_rbln_cost_t& cost) {
   for (ze_device_handle_t d : g.graph->devices) {

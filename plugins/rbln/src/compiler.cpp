@@ -117,65 +117,87 @@ std::string slot_name(uint32_t slot) {
   return cat("layers.", l, ".", layer[s]);
 }
 
-void compile(halo_compile_args* a) {
-  check_args(a, "compile: args");
-  if (a->struct_size < sizeof(halo_compile_args)) invalid("compile: args->struct_size=", a->struct_size, " is too small");
-  if (a->device_index != 0) fail(HALO_STATUS_OUT_OF_RANGE, "compile: device_index=", a->device_index, " is outside [0, 1)");
-  if (a->spec == nullptr) invalid("compile: spec is NULL");
-  const halo_model_spec& s = *a->spec;
-  OptionReader opts("compile", a->options, a->num_options);
-  const std::string profile(opts.str("profile", ""));
-  const bool dry = opts.integer("dry_run", 0, 0, 1) == 1;
-  const int64_t batch = opts.integer("batch_size", 1, 1, 1 << 20);
-  const int64_t max_len = opts.integer("max_seq_len", s.max_position_embeddings, 1, 1 << 24);
-  const int64_t tp = opts.integer("tensor_parallel_size", 1, 1, 1 << 20);
-  const std::string dtype_opt(opts.str("dtype", ""));
-  const std::string buckets_opt(opts.str("decode_buckets", ""));
-  opts.refuse_unknown();  // before any work: a misspelt option must not compile a default
-  Driver& d = driver(profile);
-  const int64_t chips = d.chips.size();
-  const int64_t chunk = d.props.prefill_chunk_size;
+namespace {
 
+// compile's options, all read before any work so that a misspelt one is
+// refused rather than compiling a default.
+struct CompileOptions {
+  std::string profile;
+  bool dry = false;
+  int64_t batch = 1, max_len = 0, tp = 1;
+  std::string dtype, buckets;
+};
+
+CompileOptions read_options(const halo_compile_args* a, const halo_model_spec& s) {
+  OptionReader opts("compile", a->options, a->num_options);
+  CompileOptions o;
+  o.profile = std::string(opts.str("profile", ""));
+  o.dry = opts.integer("dry_run", 0, 0, 1) == 1;
+  o.batch = opts.integer("batch_size", 1, 1, 1 << 20);
+  o.max_len = opts.integer("max_seq_len", s.max_position_embeddings, 1, 1 << 24);
+  o.tp = opts.integer("tensor_parallel_size", 1, 1, 1 << 20);
+  o.dtype = std::string(opts.str("dtype", ""));
+  o.buckets = std::string(opts.str("decode_buckets", ""));
+  opts.refuse_unknown();
+  return o;
+}
+
+// Refuses a spec the graphs cannot be built from, or options the device
+// profile cannot run (too long, more chips than it has, no RSD links).
+void validate(const halo_model_spec& s, const CompileOptions& o, const Driver& d) {
+  const int64_t chips = d.chips.size();
   if (s.num_layers <= 0 || s.hidden_size <= 0 || s.num_heads <= 0 || s.num_kv_heads <= 0 || s.head_dim <= 0 ||
       s.vocab_size <= 0 || s.intermediate_size <= 0 || s.num_heads % s.num_kv_heads != 0 || s.head_dim % 2)
     invalid("compile: the model spec is inconsistent");
-  if (max_len > s.max_position_embeddings)
-    invalid("compile: --max-seq-len=", max_len, " exceeds the model's max_position_embeddings=", s.max_position_embeddings);
-  if (tp > chips)
-    invalid("compile: --tensor-parallel-size=", tp, " needs ", tp, " chips but the device profile (", d.props.profile_path,
-            ") has ", chips);
-  if (tp > 1 && !d.props.rsd)
-    invalid("compile: --tensor-parallel-size=", tp, " needs RSD chip-to-chip links, which this device profile lacks");
-  if (s.num_heads % tp != 0)
-    invalid("compile: --tensor-parallel-size=", tp, " does not divide num_attention_heads=", s.num_heads,
+  if (o.max_len > s.max_position_embeddings)
+    invalid("compile: --max-seq-len=", o.max_len,
+            " exceeds the model's max_position_embeddings=", s.max_position_embeddings);
+  if (o.tp > chips)
+    invalid("compile: --tensor-parallel-size=", o.tp, " needs ", o.tp,
+            " chips but the device profile (", d.props.profile_path, ") has ", chips);
+  if (o.tp > 1 && !d.props.rsd)
+    invalid("compile: --tensor-parallel-size=", o.tp,
+            " needs RSD chip-to-chip links, which this device profile lacks");
+  if (s.num_heads % o.tp != 0)
+    invalid("compile: --tensor-parallel-size=", o.tp,
+            " does not divide num_attention_heads=", s.num_heads,
             " (each chip must own whole query heads)");
-  const bool kv_replicated = s.num_kv_heads % tp != 0;
+}
 
-  // dtype: bf16 or fp16 (the NPU does not compute in fp32); default: the checkpoint's if 16-bit, else bf16.
+struct CompiledDtype {
   DType dt = DType::BF16;
-  std::string dtype_name = "bf16";
-  if (!dtype_opt.empty() && dtype_opt != "auto") {
-    if (dtype_opt == "bf16" || dtype_opt == "bfloat16") {
-      dt = DType::BF16;
-    } else if (dtype_opt == "fp16" || dtype_opt == "float16") {
-      dt = DType::F16;
-      dtype_name = "fp16";
+  std::string name = "bf16";
+};
+
+// bf16 or fp16 (the NPU does not compute in fp32); default: the checkpoint's
+// if 16-bit, else bf16.
+CompiledDtype choose_dtype(const std::string& opt, const halo_compile_args* a) {
+  CompiledDtype c;
+  if (!opt.empty() && opt != "auto") {
+    if (opt == "bf16" || opt == "bfloat16") {
+      c.dt = DType::BF16;
+    } else if (opt == "fp16" || opt == "float16") {
+      c.dt = DType::F16;
+      c.name = "fp16";
     } else {
-      invalid("compile: --dtype=", dtype_opt, " is not supported: the ATOM computes in bf16 or fp16");
+      invalid("compile: --dtype=", opt, " is not supported: the ATOM computes in bf16 or fp16");
     }
   } else if (a->num_weights > 0 && a->weights && a->weights[0].tensor) {
     const DLDataType t = a->weights[0].tensor->dtype;
     if (t.code == kDLFloat && t.bits == 16) {
-      dt = DType::F16;
-      dtype_name = "fp16";
+      c.dt = DType::F16;
+      c.name = "fp16";
     }
   }
-  const uint32_t ze_dt = dt == DType::F16 ? ZE_RBLN_DTYPE_FP16 : ZE_RBLN_DTYPE_BF16;
+  return c;
+}
 
-  // Decode buckets: given, or halving from the batch size (vllm-rbln's decoder_batch_sizes).
+// Decode buckets, descending: given, or halving from the batch size
+// (vllm-rbln's decoder_batch_sizes).
+std::vector<int32_t> decode_buckets(const std::string& opt, int64_t batch) {
   std::vector<int32_t> buckets;
-  if (!buckets_opt.empty()) {
-    std::stringstream ss(buckets_opt);
+  if (!opt.empty()) {
+    std::stringstream ss(opt);
     std::string item;
     while (std::getline(ss, item, ',')) {
       const halo_option one{"decode_buckets", item.c_str()};
@@ -189,16 +211,17 @@ void compile(halo_compile_args* a) {
   buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
   if (buckets.empty() || buckets.front() != batch)
     invalid("compile: --decode-buckets must include the batch size ", batch);
+  return buckets;
+}
 
-  ModelDims dims = model_dims(s, ze_dt);
-  const ze_rbln_decoder_desc_t& m = dims.desc;
-  const uint64_t wb = kernels::dtype_size(dt);
+// Memory per chip: weights + KV (batch x max_seq_len, fp32) + logits buffer,
+// for the manifest. Sets `refuse` to the message for the first chip it does
+// not fit, which compile reports only after writing the summary.
+nlohmann::json memory_per_chip(const ze_rbln_decoder_desc_t& m, const CompileOptions& o,
+                               uint64_t wb, int64_t chunk, uint64_t cap, std::string& refuse) {
   const uint64_t H = m.hidden, hd = m.head_dim;
-
-  // Memory per chip: weights + KV (batch x max_seq_len, fp32) + logits buffer.
-  const uint32_t n = static_cast<uint32_t>(tp);
+  const uint32_t n = static_cast<uint32_t>(o.tp);
   nlohmann::json mem = nlohmann::json::array();
-  std::string refuse;
   for (uint32_t c = 0; c < n; ++c) {
     const uint64_t nq = ze_rbln_split(m.heads, c + 1, n) - ze_rbln_split(m.heads, c, n);
     const uint64_t nkv = ze_rbln_kv_hi(&m, c, n) - ze_rbln_kv_lo(&m, c, n);
@@ -208,33 +231,44 @@ void compile(halo_compile_args* a) {
     if (m.flags & ZE_RBLN_MODEL_QKV_BIAS) per_layer += (nq + 2 * nkv) * hd * 4;
     if (m.flags & ZE_RBLN_MODEL_QK_NORM) per_layer += 2 * hd * 4;
     const uint64_t weights = uint64_t(m.vocab) * H * wb + H * 4 + vc * H * wb + per_layer * m.layers;
-    const uint64_t kv = uint64_t(batch) * uint64_t(max_len) * m.layers * 2 * nkv * hd * 4;
-    const uint64_t logits = c == 0 ? uint64_t(std::max<int64_t>(batch, chunk)) * m.vocab * 4 : 0;
+    const uint64_t kv = uint64_t(o.batch) * uint64_t(o.max_len) * m.layers * 2 * nkv * hd * 4;
+    const uint64_t logits = c == 0 ? uint64_t(std::max<int64_t>(o.batch, chunk)) * m.vocab * 4 : 0;
     const uint64_t total = weights + kv + logits;
-    const uint64_t cap = d.props.memory_per_chip;
     mem.push_back({{"chip", c}, {"weights_bytes", weights}, {"kv_bytes", kv}, {"buffers_bytes", logits},
                    {"total_bytes", total}, {"capacity_bytes", cap}});
     if (total > cap && refuse.empty())
-      refuse = cat("compile: the model does not fit: chip ", c, " needs ", total, " bytes (", gib(double(total)),
-                   ": weights ", gib(double(weights)), " + KV cache ", gib(double(kv)), " for batch ", batch, " x max_seq_len ",
-                   max_len, " + buffers ", gib(double(logits)), ") but has ", cap, " bytes (", gib(double(cap)),
-                   " usable per chip); use a larger --tensor-parallel-size, a smaller --batch-size or --max-seq-len");
+      refuse =
+          cat("compile: the model does not fit: chip ", c, " needs ", total, " bytes (",
+              gib(double(total)), ": weights ", gib(double(weights)), " + KV cache ",
+              gib(double(kv)), " for batch ", o.batch, " x max_seq_len ", o.max_len, " + buffers ",
+              gib(double(logits)), ") but has ", cap, " bytes (", gib(double(cap)),
+              " usable per chip); use a larger --tensor-parallel-size, a smaller --batch-size or "
+              "--max-seq-len");
   }
+  return mem;
+}
 
-  // Programs and their estimated cost at full context.
-  std::vector<ze_device_handle_t> devs(d.chips.begin(), d.chips.begin() + tp);
+// The programs (prefill chunk, decode buckets) and their estimated cost at
+// full context, for the manifest.
+nlohmann::json programs_with_estimates(const Driver& d, const ze_rbln_decoder_desc_t& m,
+                                       const CompileOptions& o, const std::vector<int32_t>& buckets,
+                                       int64_t chunk) {
+  const uint32_t n = static_cast<uint32_t>(o.tp);
+  std::vector<ze_device_handle_t> devs(d.chips.begin(), d.chips.begin() + o.tp);
   auto estimate = [&](ze_rbln_graph_kind_t kind, uint32_t rows, int32_t ctx) {
     ze_rbln_graph_desc_t gd{};
     gd.kind = kind;
     gd.rows = rows;
-    gd.max_seq_len = static_cast<uint32_t>(max_len);
+    gd.max_seq_len = static_cast<uint32_t>(o.max_len);
     gd.model = &m;
     gd.num_devices = n;
     gd.devices = devs.data();
     std::vector<int32_t> ctxs(rows);
-    for (uint32_t r = 0; r < rows; ++r) ctxs[r] = kind == ZE_RBLN_GRAPH_PREFILL ? std::min<int32_t>(ctx, int32_t(r) + 1) : ctx;
+    for (uint32_t r = 0; r < rows; ++r)
+      ctxs[r] = kind == ZE_RBLN_GRAPH_PREFILL ? std::min<int32_t>(ctx, int32_t(r) + 1) : ctx;
     ze_rbln_cost_t c{};
-    ze_check(zeRblnGraphEstimate(&gd, ctxs.data(), kind == ZE_RBLN_GRAPH_PREFILL ? 1 : rows, &c), "compile: estimate");
+    ze_check(zeRblnGraphEstimate(&gd, ctxs.data(), kind == ZE_RBLN_GRAPH_PREFILL ? 1 : rows, &c),
+             "compile: estimate");
     return nlohmann::json{{"total_s", c.total_s}, {"compute_s", c.compute_s}, {"memory_s", c.memory_s},
                           {"link_s", c.link_s}, {"overhead_s", c.overhead_s}, {"flops_per_chip", c.flops},
                           {"dram_bytes_per_chip", c.dram_bytes}, {"link_bytes_per_chip", c.link_bytes}};
@@ -243,50 +277,33 @@ void compile(halo_compile_args* a) {
   programs.push_back({{"name", cat("prefill_c", chunk)}, {"kind", "prefill"}, {"batch", 1}, {"tokens", chunk},
                       {"estimate_first_chunk", estimate(ZE_RBLN_GRAPH_PREFILL, uint32_t(chunk), int32_t(chunk))}});
   for (int32_t b : buckets)
-    programs.push_back({{"name", cat("decode_b", b)}, {"kind", "decode"}, {"batch", b}, {"tokens", 1},
-                        {"estimate_at_ctx_1024", estimate(ZE_RBLN_GRAPH_DECODE, uint32_t(b), int32_t(std::min<int64_t>(1024, max_len)))},
-                        {"estimate_at_max_seq_len", estimate(ZE_RBLN_GRAPH_DECODE, uint32_t(b), int32_t(max_len))}});
+    programs.push_back(
+        {{"name", cat("decode_b", b)},
+         {"kind", "decode"},
+         {"batch", b},
+         {"tokens", 1},
+         {"estimate_at_ctx_1024",
+          estimate(ZE_RBLN_GRAPH_DECODE, uint32_t(b), int32_t(std::min<int64_t>(1024, o.max_len)))},
+         {"estimate_at_max_seq_len",
+          estimate(ZE_RBLN_GRAPH_DECODE, uint32_t(b), int32_t(o.max_len))}});
+  return programs;
+}
 
-  nlohmann::json manifest = {
-      {"format", kFormat},
-      {"target", "rbln"},
-      {"compiler_version", kCompilerVersion},
-      {"compiler_major", kCompilerMajor},
-      {"device", d.props.name},
-      {"device_profile", d.props.profile_path},
-      {"spec", spec_to_json(s)},
-      {"batch_size", batch},
-      {"max_seq_len", max_len},
-      {"kv_block_size", max_len},
-      {"kv_cache_mode", "eager"},
-      {"kv_cache_dtype", "fp32"},
-      {"prefill_chunk_size", chunk},
-      {"decode_buckets", buckets},
-      {"tensor_parallel_size", tp},
-      {"chips", nlohmann::json::array()},
-      {"dtype", dtype_name},
-      {"kv_heads_replicated", kv_replicated},
-      {"programs", programs},
-      {"memory_per_chip", mem},
-  };
-  for (int64_t c = 0; c < tp; ++c) manifest["chips"].push_back(c);
-  for (int64_t c = 0; c < tp; ++c) manifest["weights"].push_back({{"chip", c}, {"file", cat("chip", c, ".safetensors")}});
+void write_summary(halo_compile_args* a, const nlohmann::json& j) {
+  if (a->summary && a->summary_capacity > 0) {
+    const std::string t = j.dump();
+    const size_t k = std::min(t.size(), a->summary_capacity - 1);
+    std::memcpy(a->summary, t.data(), k);
+    a->summary[k] = '\0';
+  }
+}
 
-  auto write_summary = [&](const nlohmann::json& j) {
-    if (a->summary && a->summary_capacity > 0) {
-      const std::string t = j.dump();
-      const size_t k = std::min(t.size(), a->summary_capacity - 1);
-      std::memcpy(a->summary, t.data(), k);
-      a->summary[k] = '\0';
-    }
-  };
-  write_summary(manifest);
-  if (!refuse.empty()) fail(HALO_STATUS_OUT_OF_MEMORY, refuse);
-  if (dry) return;
+using Sources = std::map<std::string, Src, std::less<>>;
 
-  // Weights.
+// The given weights by name, checked to be contiguous.
+Sources read_sources(const halo_compile_args* a) {
   if (a->num_weights > 0 && a->weights == nullptr) invalid("compile: weights=NULL with num_weights=", a->num_weights);
-  std::map<std::string, Src, std::less<>> src;
+  Sources src;
   for (size_t i = 0; i < a->num_weights; ++i) {
     const halo_named_tensor& w = a->weights[i];
     if (!w.name || !w.tensor) invalid("compile: weights[", i, "] has a NULL name or tensor");
@@ -304,78 +321,90 @@ void compile(halo_compile_args* a) {
     sv.shape.assign(t->shape, t->shape + t->ndim);
     src.emplace(w.name, std::move(sv));
   }
-  auto get = [&](const std::string& name, std::initializer_list<int64_t> shape) -> const Src& {
-    auto it = src.find(name);
-    if (it == src.end()) invalid("compile: weight '", name, "' is missing");
-    if (it->second.shape != std::vector<int64_t>(shape)) invalid("compile: weight '", name, "' has an unexpected shape");
-    return it->second;
-  };
+  return src;
+}
+
+const Src& find_src(const Sources& src, const std::string& name,
+                    std::initializer_list<int64_t> shape) {
+  auto it = src.find(name);
+  if (it == src.end()) invalid("compile: weight '", name, "' is missing");
+  if (it->second.shape != std::vector<int64_t>(shape))
+    invalid("compile: weight '", name, "' has an unexpected shape");
+  return it->second;
+}
+
+// The model's global weights, looked up once for every chip.
+struct GlobalWeights {
+  const Src* embed;
+  const Src* lm;
+  const Src* fnorm;
+};
+
+// The tensors of chip c of n: the global weights, then every layer's, each
+// sliced to the chip's share of heads, intermediate rows and vocabulary
+// (norms whole, in f32; o_proj and down_proj sliced by columns).
+std::vector<Out> chip_tensors(const ze_rbln_decoder_desc_t& m, const Sources& src,
+                              const GlobalWeights& g, DType dt, uint32_t c, uint32_t n) {
+  const int64_t H = m.hidden, hd = m.head_dim;
   const int64_t V = m.vocab, I = m.intermediate, NQ = int64_t(m.heads) * hd, NKV = int64_t(m.kv_heads) * hd;
-  std::error_code ec;
-  fs::create_directories(fs::path(a->out_dir ? a->out_dir : "") / "programs", ec);
-  if (ec || !a->out_dir) fail(HALO_STATUS_INTERNAL, "compile: cannot create ", a->out_dir ? a->out_dir : "(NULL out_dir)", ": ", ec.message());
-  const fs::path out = a->out_dir;
-  const bool tied = s.flags & HALO_MODEL_TIED_EMBEDDINGS;
-  const Src& embed = get(HALO_WEIGHT_EMBED_TOKENS, {V, int64_t(H)});
-  const Src& lm = tied ? embed : get(HALO_WEIGHT_LM_HEAD, {V, int64_t(H)});
-  const Src& fnorm = get(HALO_WEIGHT_FINAL_NORM, {int64_t(H)});
-  for (uint32_t c = 0; c < n; ++c) {
-    std::vector<Out> outs;
-    auto rows = [&](uint32_t slot, const Src& sv, DType t, int64_t lo, int64_t cnt) {
-      const int64_t cols = sv.shape.size() > 1 ? sv.shape[1] : 1;
-      Out o{slot_name(slot), t, {}, &sv, lo, cnt, 0, cols};
-      o.shape = sv.shape.size() > 1 ? std::vector<int64_t>{cnt, cols} : std::vector<int64_t>{cnt};
-      if (sv.shape.size() == 1) {  // a vector: rows are elements
-        o.row_lo = 0;
-        o.rows = 1;
-        o.col_lo = lo;
-        o.cols = cnt;
-      }
-      outs.push_back(o);
-    };
-    auto colslice = [&](uint32_t slot, const Src& sv, int64_t lo, int64_t cnt) {
-      outs.push_back(Out{slot_name(slot), dt, {sv.shape[0], cnt}, &sv, 0, sv.shape[0], lo, cnt});
-    };
-    const int64_t q_lo = ze_rbln_split(m.heads, c, n), nq = ze_rbln_split(m.heads, c + 1, n) - q_lo;
-    const int64_t kv_lo = ze_rbln_kv_lo(&m, c, n), nkv = ze_rbln_kv_hi(&m, c, n) - kv_lo;
-    const int64_t i_lo = ze_rbln_split(m.intermediate, c, n), ni = ze_rbln_split(m.intermediate, c + 1, n) - i_lo;
-    const int64_t v_lo = ze_rbln_split(m.vocab, c, n), nv = ze_rbln_split(m.vocab, c + 1, n) - v_lo;
-    rows(ZE_RBLN_W_EMBED, embed, dt, 0, V);
-    rows(ZE_RBLN_W_FINAL_NORM, fnorm, DType::F32, 0, int64_t(H));
-    rows(ZE_RBLN_W_LM_HEAD, lm, dt, v_lo, nv);
-    for (uint32_t l = 0; l < m.layers; ++l) {
-      const std::string p = cat(HALO_WEIGHT_LAYER_PREFIX, l, ".");
-      const uint32_t b = ZE_RBLN_W_GLOBAL + l * ZE_RBLN_L_SLOTS;
-      rows(b + ZE_RBLN_L_ATTN_NORM, get(p + HALO_WEIGHT_ATTN_NORM, {int64_t(H)}), DType::F32, 0,
-           int64_t(H));
-      rows(b + ZE_RBLN_L_Q, get(p + HALO_WEIGHT_Q_PROJ, {NQ, int64_t(H)}), dt, q_lo * hd, nq * hd);
-      rows(b + ZE_RBLN_L_K, get(p + HALO_WEIGHT_K_PROJ, {NKV, int64_t(H)}), dt, kv_lo * hd,
-           nkv * hd);
-      rows(b + ZE_RBLN_L_V, get(p + HALO_WEIGHT_V_PROJ, {NKV, int64_t(H)}), dt, kv_lo * hd,
-           nkv * hd);
-      if (m.flags & ZE_RBLN_MODEL_QKV_BIAS) {
-        rows(b + ZE_RBLN_L_QB, get(p + HALO_WEIGHT_Q_BIAS, {NQ}), DType::F32, q_lo * hd, nq * hd);
-        rows(b + ZE_RBLN_L_KB, get(p + HALO_WEIGHT_K_BIAS, {NKV}), DType::F32, kv_lo * hd,
-             nkv * hd);
-        rows(b + ZE_RBLN_L_VB, get(p + HALO_WEIGHT_V_BIAS, {NKV}), DType::F32, kv_lo * hd,
-             nkv * hd);
-      }
-      if (m.flags & ZE_RBLN_MODEL_QK_NORM) {
-        rows(b + ZE_RBLN_L_QN, get(p + HALO_WEIGHT_Q_NORM, {int64_t(hd)}), DType::F32, 0,
-             int64_t(hd));
-        rows(b + ZE_RBLN_L_KN, get(p + HALO_WEIGHT_K_NORM, {int64_t(hd)}), DType::F32, 0,
-             int64_t(hd));
-      }
-      colslice(b + ZE_RBLN_L_O, get(p + HALO_WEIGHT_O_PROJ, {int64_t(H), NQ}), q_lo * hd, nq * hd);
-      rows(b + ZE_RBLN_L_MLP_NORM, get(p + HALO_WEIGHT_MLP_NORM, {int64_t(H)}), DType::F32, 0,
-           int64_t(H));
-      rows(b + ZE_RBLN_L_GATE, get(p + HALO_WEIGHT_GATE_PROJ, {I, int64_t(H)}), dt, i_lo, ni);
-      rows(b + ZE_RBLN_L_UP, get(p + HALO_WEIGHT_UP_PROJ, {I, int64_t(H)}), dt, i_lo, ni);
-      colslice(b + ZE_RBLN_L_DOWN, get(p + HALO_WEIGHT_DOWN_PROJ, {int64_t(H), I}), i_lo, ni);
+  std::vector<Out> outs;
+  auto rows = [&](uint32_t slot, const Src& sv, DType t, int64_t lo, int64_t cnt) {
+    const int64_t cols = sv.shape.size() > 1 ? sv.shape[1] : 1;
+    Out o{slot_name(slot), t, {}, &sv, lo, cnt, 0, cols};
+    o.shape = sv.shape.size() > 1 ? std::vector<int64_t>{cnt, cols} : std::vector<int64_t>{cnt};
+    if (sv.shape.size() == 1) {  // a vector: rows are elements
+      o.row_lo = 0;
+      o.rows = 1;
+      o.col_lo = lo;
+      o.cols = cnt;
     }
-    write_chip_file(out / cat("chip", c, ".safetensors"), outs);
+    outs.push_back(o);
+  };
+  auto colslice = [&](uint32_t slot, const Src& sv, int64_t lo, int64_t cnt) {
+    outs.push_back(Out{slot_name(slot), dt, {sv.shape[0], cnt}, &sv, 0, sv.shape[0], lo, cnt});
+  };
+  const int64_t q_lo = ze_rbln_split(m.heads, c, n), nq = ze_rbln_split(m.heads, c + 1, n) - q_lo;
+  const int64_t kv_lo = ze_rbln_kv_lo(&m, c, n), nkv = ze_rbln_kv_hi(&m, c, n) - kv_lo;
+  const int64_t i_lo = ze_rbln_split(m.intermediate, c, n),
+                ni = ze_rbln_split(m.intermediate, c + 1, n) - i_lo;
+  const int64_t v_lo = ze_rbln_split(m.vocab, c, n), nv = ze_rbln_split(m.vocab, c + 1, n) - v_lo;
+  rows(ZE_RBLN_W_EMBED, *g.embed, dt, 0, V);
+  rows(ZE_RBLN_W_FINAL_NORM, *g.fnorm, DType::F32, 0, H);
+  rows(ZE_RBLN_W_LM_HEAD, *g.lm, dt, v_lo, nv);
+  for (uint32_t l = 0; l < m.layers; ++l) {
+    const std::string p = cat(HALO_WEIGHT_LAYER_PREFIX, l, ".");
+    const uint32_t b = ZE_RBLN_W_GLOBAL + l * ZE_RBLN_L_SLOTS;
+    rows(b + ZE_RBLN_L_ATTN_NORM, find_src(src, p + HALO_WEIGHT_ATTN_NORM, {H}), DType::F32, 0, H);
+    rows(b + ZE_RBLN_L_Q, find_src(src, p + HALO_WEIGHT_Q_PROJ, {NQ, H}), dt, q_lo * hd, nq * hd);
+    rows(b + ZE_RBLN_L_K, find_src(src, p + HALO_WEIGHT_K_PROJ, {NKV, H}), dt, kv_lo * hd,
+         nkv * hd);
+    rows(b + ZE_RBLN_L_V, find_src(src, p + HALO_WEIGHT_V_PROJ, {NKV, H}), dt, kv_lo * hd,
+         nkv * hd);
+    if (m.flags & ZE_RBLN_MODEL_QKV_BIAS) {
+      rows(b + ZE_RBLN_L_QB, find_src(src, p + HALO_WEIGHT_Q_BIAS, {NQ}), DType::F32, q_lo * hd,
+           nq * hd);
+      rows(b + ZE_RBLN_L_KB, find_src(src, p + HALO_WEIGHT_K_BIAS, {NKV}), DType::F32, kv_lo * hd,
+           nkv * hd);
+      rows(b + ZE_RBLN_L_VB, find_src(src, p + HALO_WEIGHT_V_BIAS, {NKV}), DType::F32, kv_lo * hd,
+           nkv * hd);
+    }
+    if (m.flags & ZE_RBLN_MODEL_QK_NORM) {
+      rows(b + ZE_RBLN_L_QN, find_src(src, p + HALO_WEIGHT_Q_NORM, {hd}), DType::F32, 0, hd);
+      rows(b + ZE_RBLN_L_KN, find_src(src, p + HALO_WEIGHT_K_NORM, {hd}), DType::F32, 0, hd);
+    }
+    colslice(b + ZE_RBLN_L_O, find_src(src, p + HALO_WEIGHT_O_PROJ, {H, NQ}), q_lo * hd, nq * hd);
+    rows(b + ZE_RBLN_L_MLP_NORM, find_src(src, p + HALO_WEIGHT_MLP_NORM, {H}), DType::F32, 0, H);
+    rows(b + ZE_RBLN_L_GATE, find_src(src, p + HALO_WEIGHT_GATE_PROJ, {I, H}), dt, i_lo, ni);
+    rows(b + ZE_RBLN_L_UP, find_src(src, p + HALO_WEIGHT_UP_PROJ, {I, H}), dt, i_lo, ni);
+    colslice(b + ZE_RBLN_L_DOWN, find_src(src, p + HALO_WEIGHT_DOWN_PROJ, {H, I}), i_lo, ni);
   }
-  for (const auto& p : programs) {
+  return outs;
+}
+
+// programs/<name>.json: each program as its graph descriptor.
+void write_programs(const fs::path& out, const nlohmann::json& manifest, int64_t chunk,
+                    int64_t max_len, int64_t tp, const std::string& dtype_name) {
+  for (const auto& p : manifest["programs"]) {
     nlohmann::json g = p;
     g["graph"] = {{"rows", p["kind"] == "prefill" ? chunk : p["batch"].get<int64_t>()},
                   {"max_seq_len", max_len},
@@ -386,6 +415,81 @@ void compile(halo_compile_args* a) {
     f << g.dump(2) << "\n";
     if (!f) fail(HALO_STATUS_INTERNAL, "compile: cannot write the programs of ", out.string());
   }
+}
+
+}  // namespace
+
+// Checks, then writes the summary (the manifest, also for a dry run or a model
+// that does not fit), then the chip files, programs and manifest.
+void compile(halo_compile_args* a) {
+  check_args(a, "compile: args");
+  if (a->struct_size < sizeof(halo_compile_args))
+    invalid("compile: args->struct_size=", a->struct_size, " is too small");
+  if (a->device_index != 0)
+    fail(HALO_STATUS_OUT_OF_RANGE, "compile: device_index=", a->device_index, " is outside [0, 1)");
+  if (a->spec == nullptr) invalid("compile: spec is NULL");
+  const halo_model_spec& s = *a->spec;
+  const CompileOptions o = read_options(a, s);
+  Driver& d = driver(o.profile);
+  const int64_t chunk = d.props.prefill_chunk_size;
+  validate(s, o, d);
+  const bool kv_replicated = s.num_kv_heads % o.tp != 0;
+  const CompiledDtype cd = choose_dtype(o.dtype, a);
+  const uint32_t ze_dt = cd.dt == DType::F16 ? ZE_RBLN_DTYPE_FP16 : ZE_RBLN_DTYPE_BF16;
+  const std::vector<int32_t> buckets = decode_buckets(o.buckets, o.batch);
+  ModelDims dims = model_dims(s, ze_dt);
+  const ze_rbln_decoder_desc_t& m = dims.desc;
+
+  std::string refuse;
+  nlohmann::json mem =
+      memory_per_chip(m, o, kernels::dtype_size(cd.dt), chunk, d.props.memory_per_chip, refuse);
+  nlohmann::json manifest = {
+      {"format", kFormat},
+      {"target", "rbln"},
+      {"compiler_version", kCompilerVersion},
+      {"compiler_major", kCompilerMajor},
+      {"device", d.props.name},
+      {"device_profile", d.props.profile_path},
+      {"spec", spec_to_json(s)},
+      {"batch_size", o.batch},
+      {"max_seq_len", o.max_len},
+      {"kv_block_size", o.max_len},
+      {"kv_cache_mode", "eager"},
+      {"kv_cache_dtype", "fp32"},
+      {"prefill_chunk_size", chunk},
+      {"decode_buckets", buckets},
+      {"tensor_parallel_size", o.tp},
+      {"chips", nlohmann::json::array()},
+      {"dtype", cd.name},
+      {"kv_heads_replicated", kv_replicated},
+      {"programs", programs_with_estimates(d, m, o, buckets, chunk)},
+      {"memory_per_chip", mem},
+  };
+  for (int64_t c = 0; c < o.tp; ++c) manifest["chips"].push_back(c);
+  for (int64_t c = 0; c < o.tp; ++c)
+    manifest["weights"].push_back({{"chip", c}, {"file", cat("chip", c, ".safetensors")}});
+  write_summary(a, manifest);
+  if (!refuse.empty()) fail(HALO_STATUS_OUT_OF_MEMORY, refuse);
+  if (o.dry) return;
+
+  // Weights, sharded per chip.
+  const Sources src = read_sources(a);
+  std::error_code ec;
+  fs::create_directories(fs::path(a->out_dir ? a->out_dir : "") / "programs", ec);
+  if (ec || !a->out_dir)
+    fail(HALO_STATUS_INTERNAL, "compile: cannot create ",
+         a->out_dir ? a->out_dir : "(NULL out_dir)", ": ", ec.message());
+  const fs::path out = a->out_dir;
+  const bool tied = s.flags & HALO_MODEL_TIED_EMBEDDINGS;
+  const int64_t V = m.vocab, H = m.hidden;
+  GlobalWeights g{};
+  g.embed = &find_src(src, HALO_WEIGHT_EMBED_TOKENS, {V, H});
+  g.lm = tied ? g.embed : &find_src(src, HALO_WEIGHT_LM_HEAD, {V, H});
+  g.fnorm = &find_src(src, HALO_WEIGHT_FINAL_NORM, {H});
+  const uint32_t n = static_cast<uint32_t>(o.tp);
+  for (uint32_t c = 0; c < n; ++c)
+    write_chip_file(out / cat("chip", c, ".safetensors"), chip_tensors(m, src, g, cd.dt, c, n));
+  write_programs(out, manifest, chunk, o.max_len, o.tp, cd.name);
   std::ofstream f(out / "manifest.json");
   f << manifest.dump(2) << "\n";
   if (!f) fail(HALO_STATUS_INTERNAL, "compile: cannot write ", (out / "manifest.json").string());

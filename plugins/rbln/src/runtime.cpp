@@ -104,26 +104,22 @@ halo_executable::~halo_executable() {
 
 namespace halo::rbln {
 
-void prepare(halo_prepare_args* a) {
-  check_args(a, "prepare: args");
-  if (a->device == nullptr) invalid("prepare: device is NULL");
-  if (a->spec == nullptr) invalid("prepare: spec is NULL");
-  halo_limits* lim = a->limits;
-  if (lim == nullptr) invalid("prepare: limits is NULL");
-  OptionReader opts("prepare", a->options, a->num_options);
-  const int64_t tp_opt = opts.integer("tensor_parallel_size", 0, 0, 1 << 20);
-  opts.also_known(kDeviceKeys);
-  opts.refuse_unknown();
-  // The compiled programs keep the KV cache in fp32.
-  halo::plugin::check_kv_dtype("rbln", halo::plugin::proposed_kv_dtype(lim), {HALO_KV_DTYPE_FP32});
-  const halo_model_spec& s = *a->spec;
+namespace {
+
+// The compiled model directory the spec names; the rbln device runs nothing else.
+fs::path compiled_dir(const halo_model_spec& s) {
   const char* dir = s.struct_size >= HALO_STRUCT_SIZE(halo_model_spec, compiled_model_dir) ? s.compiled_model_dir : nullptr;
   if (dir == nullptr)
     fail(HALO_STATUS_FAILED_PRECONDITION,
          "prepare: the rbln device runs compiled models only; compile this model first: "
          "halo compile MODEL_DIR --device rbln --batch-size B --max-seq-len N --tensor-parallel-size T -o OUT_DIR, "
          "then run OUT_DIR");
-  const fs::path root = dir;
+  return dir;
+}
+
+// manifest.json, checked to be an rbln model of this compiler's major version
+// compiled from a model of the spec's shape.
+nlohmann::json read_manifest(const fs::path& root, const halo_model_spec& s) {
   const nlohmann::json man = read_json(root / "manifest.json");
   if (man.value("format", "") != kFormat || man.value("target", "") != "rbln")
     invalid("prepare: ", (root / "manifest.json").string(), " is not an rbln compiled model (format ",
@@ -137,42 +133,40 @@ void prepare(halo_prepare_args* a) {
     if (man["spec"][k] != want[k])
       invalid("prepare: ", root.string(), ": the manifest's ", k, "=", man["spec"][k].dump(),
               " does not match config.json's ", want[k].dump());
+  return man;
+}
 
-  Driver& d = *a->device->drv;
-  auto e = std::make_unique<halo_executable>();
-  e->drv = &d;
-  e->timeout_ms = a->device->command_timeout_ms;
-  e->dir = root.string();
-  e->batch = man.at("batch_size").get<int32_t>();
-  e->max_seq_len = man.at("max_seq_len").get<int32_t>();
-  e->tp = man.at("tensor_parallel_size").get<int32_t>();
-  e->chunk = man.at("prefill_chunk_size").get<int32_t>();
-  e->buckets = man.at("decode_buckets").get<std::vector<int32_t>>();
-  const std::string dtype = man.at("dtype").get<std::string>();
-  if (tp_opt > 0 && tp_opt != e->tp)
-    invalid("prepare: tensor_parallel_size=", tp_opt, " contradicts the compiled model: ", root.string(),
-            " was compiled with tensor_parallel_size=", e->tp, " (RSD across ", e->tp, " chips)");
-  if (e->tp > static_cast<int32_t>(d.chips.size()))
-    fail(HALO_STATUS_FAILED_PRECONDITION, "prepare: ", root.string(), " needs ", e->tp, " chips, the device has ",
-         d.chips.size());
-  if (e->chunk != static_cast<int32_t>(d.props.prefill_chunk_size))
-    fail(HALO_STATUS_FAILED_PRECONDITION, "prepare: ", root.string(), " was compiled with prefill_chunk_size=", e->chunk,
-         " but the device profile says ", d.props.prefill_chunk_size);
-  e->dims = model_dims(s, dtype == "fp16" ? ZE_RBLN_DTYPE_FP16 : ZE_RBLN_DTYPE_BF16);
-  const ze_rbln_decoder_desc_t& m = e->dims.desc;
-  e->chips.assign(d.chips.begin(), d.chips.begin() + e->tp);
+// Takes the compiled shapes from the manifest, checks them against the option
+// and the device, and returns the compiled dtype ("bf16" or "fp16").
+std::string read_compiled_shapes(halo_executable& e, const nlohmann::json& man,
+                                 const fs::path& root, int64_t tp_opt, const Driver& d) {
+  e.batch = man.at("batch_size").get<int32_t>();
+  e.max_seq_len = man.at("max_seq_len").get<int32_t>();
+  e.tp = man.at("tensor_parallel_size").get<int32_t>();
+  e.chunk = man.at("prefill_chunk_size").get<int32_t>();
+  e.buckets = man.at("decode_buckets").get<std::vector<int32_t>>();
+  std::string dtype = man.at("dtype").get<std::string>();
+  if (tp_opt > 0 && tp_opt != e.tp)
+    invalid("prepare: tensor_parallel_size=", tp_opt,
+            " contradicts the compiled model: ", root.string(),
+            " was compiled with tensor_parallel_size=", e.tp, " (RSD across ", e.tp, " chips)");
+  if (e.tp > static_cast<int32_t>(d.chips.size()))
+    fail(HALO_STATUS_FAILED_PRECONDITION, "prepare: ", root.string(), " needs ", e.tp,
+         " chips, the device has ", d.chips.size());
+  if (e.chunk != static_cast<int32_t>(d.props.prefill_chunk_size))
+    fail(HALO_STATUS_FAILED_PRECONDITION, "prepare: ", root.string(),
+         " was compiled with prefill_chunk_size=", e.chunk, " but the device profile says ",
+         d.props.prefill_chunk_size);
+  return dtype;
+}
 
-  ze_command_queue_desc_t qd{};
-  qd.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC;
-  ze_check(zeCommandQueueCreate(d.context, e->chips[0], &qd, &e->queue), "prepare: zeCommandQueueCreate");
-  ze_command_list_desc_t ld{};
-  ld.stype = ZE_STRUCTURE_TYPE_COMMAND_LIST_DESC;
-  ze_check(zeCommandListCreate(d.context, e->chips[0], &ld, &e->list), "prepare: zeCommandListCreate");
-
-  // Weights: one allocation per tensor on its chip, copied from the chip file.
+// Weights: one allocation per tensor on its chip, copied from the chip file;
+// then the logits buffer on chip 0.
+void load_weights(halo_executable& e, const fs::path& root) {
+  const ze_rbln_decoder_desc_t& m = e.dims.desc;
   const uint32_t slots = ze_rbln_num_weight_slots(m.layers);
-  e->weight_ptrs.assign(size_t(e->tp) * slots, nullptr);
-  for (int32_t c = 0; c < e->tp; ++c) {
+  e.weight_ptrs.assign(size_t(e.tp) * slots, nullptr);
+  for (int32_t c = 0; c < e.tp; ++c) {
     const fs::path file = root / cat("chip", c, ".safetensors");
     Mapped f(file);
     uint64_t hlen = 0;
@@ -188,59 +182,110 @@ void prepare(halo_prepare_args* a) {
       const auto off = h[name]["data_offsets"].get<std::vector<uint64_t>>();
       if (off.size() != 2 || off[1] < off[0] || 8 + hlen + off[1] > f.size())
         invalid("prepare: ", file.string(), ": tensor ", name, " lies outside the file");
-      void* p = alloc(*e, e->chips[size_t(c)], off[1] - off[0], e->weight_mem,
+      void* p = alloc(e, e.chips[size_t(c)], off[1] - off[0], e.weight_mem,
                       "prepare: loading the weights into device memory");
-      ze_check(zeCommandListAppendMemoryCopy(e->list, p, base + off[0], off[1] - off[0], nullptr, 0, nullptr),
+      ze_check(zeCommandListAppendMemoryCopy(e.list, p, base + off[0], off[1] - off[0], nullptr, 0,
+                                             nullptr),
                "prepare: copy");
-      e->weight_ptrs[size_t(c) * slots + slot] = p;
+      e.weight_ptrs[size_t(c) * slots + slot] = p;
     }
-    submit(*e, "prepare: weight upload");
+    submit(e, "prepare: weight upload");
   }
   for (uint32_t slot : {uint32_t(ZE_RBLN_W_EMBED), uint32_t(ZE_RBLN_W_FINAL_NORM), uint32_t(ZE_RBLN_W_LM_HEAD)})
-    if (!e->weight_ptrs[slot]) invalid("prepare: ", root.string(), ": chip 0 has no '", slot_name(slot), "'");
-  e->logits_rows = size_t(std::max(e->batch, e->chunk));
+    if (!e.weight_ptrs[slot])
+      invalid("prepare: ", root.string(), ": chip 0 has no '", slot_name(slot), "'");
+  e.logits_rows = size_t(std::max(e.batch, e.chunk));
   std::vector<DeviceMem> keep;
-  alloc(*e, e->chips[0], e->logits_rows * m.vocab * sizeof(float), keep, "prepare: logits buffer");
-  e->logits_mem = std::move(keep.back());
+  alloc(e, e.chips[0], e.logits_rows * m.vocab * sizeof(float), keep, "prepare: logits buffer");
+  e.logits_mem = std::move(keep.back());
+}
 
-  // The static programs.
+// The static programs: the prefill chunk and one per decode bucket.
+void create_programs(halo_executable& e) {
   auto make = [&](ze_rbln_graph_kind_t kind, uint32_t rows) {
     ze_rbln_graph_desc_t gd{};
     gd.kind = kind;
     gd.rows = rows;
-    gd.max_seq_len = static_cast<uint32_t>(e->max_seq_len);
-    gd.model = &m;
-    gd.num_devices = static_cast<uint32_t>(e->tp);
-    gd.devices = e->chips.data();
-    gd.weights = e->weight_ptrs.data();
+    gd.max_seq_len = static_cast<uint32_t>(e.max_seq_len);
+    gd.model = &e.dims.desc;
+    gd.num_devices = static_cast<uint32_t>(e.tp);
+    gd.devices = e.chips.data();
+    gd.weights = e.weight_ptrs.data();
     ze_rbln_graph_handle_t g = nullptr;
-    ze_check(zeRblnGraphCreate(d.context, &gd, &g), "prepare: zeRblnGraphCreate");
+    ze_check(zeRblnGraphCreate(e.drv->context, &gd, &g), "prepare: zeRblnGraphCreate");
     return g;
   };
-  e->prefill = make(ZE_RBLN_GRAPH_PREFILL, static_cast<uint32_t>(e->chunk));
-  for (int32_t b : e->buckets) e->decode.emplace_back(b, make(ZE_RBLN_GRAPH_DECODE, static_cast<uint32_t>(b)));
-  std::sort(e->decode.begin(), e->decode.end());  // ascending bucket
+  e.prefill = make(ZE_RBLN_GRAPH_PREFILL, static_cast<uint32_t>(e.chunk));
+  for (int32_t b : e.buckets)
+    e.decode.emplace_back(b, make(ZE_RBLN_GRAPH_DECODE, static_cast<uint32_t>(b)));
+  std::sort(e.decode.begin(), e.decode.end());  // ascending bucket
+}
 
-  // Limits: what was compiled. The engine reports a contradicting flag.
+// Limits: what was compiled. The engine reports a contradicting flag.
+void set_limits(const halo_executable& e, halo_limits* lim, const std::string& dtype) {
+  const ze_rbln_decoder_desc_t& m = e.dims.desc;
   uint64_t per_block = 0, fit_blocks = UINT64_MAX;
-  for (int32_t c = 0; c < e->tp; ++c) {
-    const uint64_t nkv = ze_rbln_kv_hi(&m, uint32_t(c), uint32_t(e->tp)) - ze_rbln_kv_lo(&m, uint32_t(c), uint32_t(e->tp));
-    const uint64_t chip_block = uint64_t(e->max_seq_len) * m.layers * 2 * nkv * m.head_dim * sizeof(float);
+  for (int32_t c = 0; c < e.tp; ++c) {
+    const uint64_t nkv = ze_rbln_kv_hi(&m, uint32_t(c), uint32_t(e.tp)) -
+                         ze_rbln_kv_lo(&m, uint32_t(c), uint32_t(e.tp));
+    const uint64_t chip_block =
+        uint64_t(e.max_seq_len) * m.layers * 2 * nkv * m.head_dim * sizeof(float);
     per_block += chip_block;
     uint64_t used = 0, cap = 0;
-    ze_check(zeRblnDeviceGetMemoryUsage(e->chips[size_t(c)], &used, &cap), "prepare");
+    ze_check(zeRblnDeviceGetMemoryUsage(e.chips[size_t(c)], &used, &cap), "prepare");
     fit_blocks = std::min(fit_blocks, (cap - used) / chip_block);
   }
-  lim->max_num_seqs = e->batch;
-  lim->max_model_len = e->max_seq_len;
-  lim->max_num_batched_tokens = e->max_seq_len;
-  lim->block_size = e->max_seq_len;
+  lim->max_num_seqs = e.batch;
+  lim->max_model_len = e.max_seq_len;
+  lim->max_num_batched_tokens = e.max_seq_len;
+  lim->block_size = e.max_seq_len;
   lim->capabilities = HALO_CAP_STATIC_SHAPES;  // no chunked prefill, no mixed batches
   lim->kv_bytes_per_block = per_block;
   lim->kv_memory_available = fit_blocks * per_block;
   halo::plugin::set_kv_dtype(lim, HALO_KV_DTYPE_FP32);
   // compile converted every weight to the manifest's 16-bit type (the KV stays fp32).
   halo::plugin::set_compute_dtype(lim, dtype == "fp16" ? HALO_COMPUTE_DTYPE_FP16 : HALO_COMPUTE_DTYPE_BF16);
+}
+
+}  // namespace
+
+void prepare(halo_prepare_args* a) {
+  check_args(a, "prepare: args");
+  if (a->device == nullptr) invalid("prepare: device is NULL");
+  if (a->spec == nullptr) invalid("prepare: spec is NULL");
+  halo_limits* lim = a->limits;
+  if (lim == nullptr) invalid("prepare: limits is NULL");
+  OptionReader opts("prepare", a->options, a->num_options);
+  const int64_t tp_opt = opts.integer("tensor_parallel_size", 0, 0, 1 << 20);
+  opts.also_known(kDeviceKeys);
+  opts.refuse_unknown();
+  // The compiled programs keep the KV cache in fp32.
+  halo::plugin::check_kv_dtype("rbln", halo::plugin::proposed_kv_dtype(lim), {HALO_KV_DTYPE_FP32});
+  const halo_model_spec& s = *a->spec;
+  const fs::path root = compiled_dir(s);
+  const nlohmann::json man = read_manifest(root, s);
+
+  Driver& d = *a->device->drv;
+  auto e = std::make_unique<halo_executable>();
+  e->drv = &d;
+  e->timeout_ms = a->device->command_timeout_ms;
+  e->dir = root.string();
+  const std::string dtype = read_compiled_shapes(*e, man, root, tp_opt, d);
+  e->dims = model_dims(s, dtype == "fp16" ? ZE_RBLN_DTYPE_FP16 : ZE_RBLN_DTYPE_BF16);
+  e->chips.assign(d.chips.begin(), d.chips.begin() + e->tp);
+
+  ze_command_queue_desc_t qd{};
+  qd.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC;
+  ze_check(zeCommandQueueCreate(d.context, e->chips[0], &qd, &e->queue),
+           "prepare: zeCommandQueueCreate");
+  ze_command_list_desc_t ld{};
+  ld.stype = ZE_STRUCTURE_TYPE_COMMAND_LIST_DESC;
+  ze_check(zeCommandListCreate(d.context, e->chips[0], &ld, &e->list),
+           "prepare: zeCommandListCreate");
+
+  load_weights(*e, root);
+  create_programs(*e);
+  set_limits(*e, lim, dtype);
   a->executable = e.release();
 }
 
@@ -293,17 +338,17 @@ void kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* a) {
   submit(e, "kv_cache_copy_blocks");
 }
 
-void execute(halo_execute_args* a) {
-  check_args(a, "execute: args");
-  halo_executable* e = a->executable;
-  halo_kv_cache* kv = a->kv_cache;
-  if (e == nullptr || kv == nullptr) invalid("execute: executable or kv_cache is NULL");
-  if (kv->owner != e) invalid("execute: kv_cache was created for a different executable");
+namespace {
+
+// Checks a step against the compiled shapes and the KV cache before touching
+// the device; returns whether it holds a prefill.
+bool validate_step(const halo_execute_args* a, const halo_executable& e, const halo_kv_cache& kv) {
   const int32_t T = a->num_tokens, S = a->num_seqs;
   if (T <= 0 || S <= 0) invalid("execute: num_tokens=", T, " and num_seqs=", S, " must be positive");
-  if (S > e->batch) invalid("execute: num_seqs=", S, " exceeds the compiled batch_size=", e->batch);
-  if (T > e->max_seq_len)
-    invalid("execute: num_tokens=", T, " exceeds max_num_batched_tokens=", e->max_seq_len, " (the compiled max_seq_len)");
+  if (S > e.batch) invalid("execute: num_seqs=", S, " exceeds the compiled batch_size=", e.batch);
+  if (T > e.max_seq_len)
+    invalid("execute: num_tokens=", T, " exceeds max_num_batched_tokens=", e.max_seq_len,
+            " (the compiled max_seq_len)");
   for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"token_ids", a->token_ids},
                                    {"positions", a->positions}, {"slot_mapping", a->slot_mapping},
                                    {"query_start", a->query_start}, {"context_lens", a->context_lens},
@@ -313,7 +358,7 @@ void execute(halo_execute_args* a) {
   if (a->num_logits < 0 || (a->num_logits > 0 && (!a->logits_indices || !a->logits)))
     invalid("execute: num_logits=", a->num_logits, " needs logits_indices and logits (one is NULL)");
   if (a->query_start[0] != 0 || a->query_start[S] != T) invalid("execute: query_start does not span num_tokens=", T);
-  const int64_t V = e->dims.desc.vocab;
+  const int64_t V = e.dims.desc.vocab;
   if (a->num_logits > 0) {
     const DLTensor* lg = a->logits;
     if (lg->dtype.code != kDLFloat || lg->dtype.bits != 32 || lg->ndim != 2 || !lg->shape ||
@@ -324,17 +369,19 @@ void execute(halo_execute_args* a) {
   for (int32_t s = 0; s < S; ++s) {
     const int32_t q = a->query_start[s + 1] - a->query_start[s];
     if (q <= 0) invalid("execute: sequence ", s, " has ", q, " tokens");
-    if (a->context_lens[s] < q || a->context_lens[s] > e->max_seq_len)
-      invalid("execute: context_lens[", s, "]=", a->context_lens[s], " is outside [", q, ", max_seq_len=", e->max_seq_len, "]");
+    if (a->context_lens[s] < q || a->context_lens[s] > e.max_seq_len)
+      invalid("execute: context_lens[", s, "]=", a->context_lens[s], " is outside [", q,
+              ", max_seq_len=", e.max_seq_len, "]");
     const int32_t blk = a->block_tables[size_t(s) * size_t(a->max_blocks_per_seq)];
-    if (blk < 0 || blk >= kv->num_blocks)
-      fail(HALO_STATUS_OUT_OF_RANGE, "execute: block_tables[", s, "][0]=", blk, " is outside [0, ", kv->num_blocks, ")");
+    if (blk < 0 || blk >= kv.num_blocks)
+      fail(HALO_STATUS_OUT_OF_RANGE, "execute: block_tables[", s, "][0]=", blk, " is outside [0, ",
+           kv.num_blocks, ")");
     any_prefill |= q > 1;
   }
   for (int32_t t = 0; t < T; ++t) {
     if (a->token_ids[t] < 0 || a->token_ids[t] >= V)
       fail(HALO_STATUS_OUT_OF_RANGE, "execute: token_ids[", t, "]=", a->token_ids[t], " is outside [0, ", V, ")");
-    if (a->slot_mapping[t] < -1 || a->slot_mapping[t] >= int64_t(kv->num_blocks) * e->max_seq_len)
+    if (a->slot_mapping[t] < -1 || a->slot_mapping[t] >= int64_t(kv.num_blocks) * e.max_seq_len)
       fail(HALO_STATUS_OUT_OF_RANGE, "execute: slot_mapping[", t, "]=", a->slot_mapping[t], " is out of range");
   }
   for (int32_t i = 0; i < a->num_logits; ++i)
@@ -344,40 +391,20 @@ void execute(halo_execute_args* a) {
     fail(HALO_STATUS_INVALID_ARGUMENT, "execute: num_seqs=", S,
          " in a step with a prefill; the compiled programs run one prefill (batch 1) or decodes only "
          "(no HALO_CAP_MIXED_BATCH)");
-  if (!any_prefill && S > e->batch)
-    fail(HALO_STATUS_INVALID_ARGUMENT, "execute: ", S, " decodes exceed the compiled batch_size=", e->batch);
+  if (!any_prefill && S > e.batch)
+    fail(HALO_STATUS_INVALID_ARGUMENT, "execute: ", S,
+         " decodes exceed the compiled batch_size=", e.batch);
+  return any_prefill;
+}
 
-  std::lock_guard<std::mutex> lock(e->mu);
-  // A lost or hung device stays lost for this executable (ABI: DEVICE_LOST).
-  if (!e->failed.empty())
-    fail(HALO_STATUS_DEVICE_LOST, "execute: the device failed earlier and no longer runs programs: ", e->failed);
-  float* out = a->num_logits > 0
-                   ? reinterpret_cast<float*>(static_cast<char*>(a->logits->data) + a->logits->byte_offset)
-                   : nullptr;
-  float* dev_logits = static_cast<float*>(e->logits_mem.ptr);
+// The inputs of one program run, padded to its static row count, and which
+// of its rows' logits go to which row of the step's logits.
+struct GraphRows {
   std::vector<int32_t> tok, pos, ctx, blk, rows;
   std::vector<int64_t> slot;
   std::vector<int32_t> out_index;
-  auto run = [&](ze_rbln_graph_handle_t g, const char* what) {
-    ze_rbln_graph_args_t ga{};
-    ga.token_ids = tok.data();
-    ga.positions = pos.data();
-    ga.slots = slot.data();
-    ga.ctx_lens = ctx.data();
-    ga.block_ids = blk.data();
-    ga.kv_num_blocks = static_cast<uint32_t>(kv->num_blocks);
-    ga.kv = kv->ptrs.data();
-    ga.num_logits = static_cast<uint32_t>(rows.size());
-    ga.logits_rows = rows.data();
-    ga.logits = dev_logits;
-    ze_check(zeRblnCommandListAppendGraphExecute(e->list, g, &ga, nullptr, 0, nullptr), what);
-    for (size_t i = 0; i < rows.size(); ++i)
-      ze_check(zeCommandListAppendMemoryCopy(e->list, out + size_t(out_index[i]) * size_t(V), dev_logits + i * size_t(V),
-                                             size_t(V) * sizeof(float), nullptr, 0, nullptr),
-               what);
-    submit(*e, what);
-  };
-  auto reset = [&](size_t R) {
+
+  void reset(size_t R) {
     tok.assign(R, 0);
     pos.assign(R, 0);
     slot.assign(R, -1);
@@ -385,47 +412,105 @@ void execute(halo_execute_args* a) {
     blk.assign(R, 0);
     rows.clear();
     out_index.clear();
-  };
-
-  if (any_prefill) {  // one sequence, in chunks of prefill_chunk_size, each padded
-    const int32_t q = T, cached = a->context_lens[0] - q, block = a->block_tables[0];
-    for (int32_t start = 0; start < q; start += e->chunk) {
-      const int32_t n = std::min(e->chunk, q - start);
-      reset(size_t(e->chunk));
-      for (int32_t r = 0; r < n; ++r) {
-        tok[size_t(r)] = a->token_ids[start + r];
-        pos[size_t(r)] = a->positions[start + r];
-        slot[size_t(r)] = a->slot_mapping[start + r];
-        ctx[size_t(r)] = cached + start + r + 1;
-        blk[size_t(r)] = block;
-      }
-      for (int32_t i = 0; i < a->num_logits; ++i) {
-        const int32_t t = a->logits_indices[i];
-        if (t >= start && t < start + n) {
-          rows.push_back(t - start);
-          out_index.push_back(i);
-        }
-      }
-      run(e->prefill, "execute (prefill)");
-    }
-    return;
   }
-  // Decodes: padded up to the smallest compiled bucket that holds them.
-  auto it = std::find_if(e->decode.begin(), e->decode.end(), [&](const auto& p) { return p.first >= S; });
-  const int32_t R = it->first;
-  reset(size_t(R));
+};
+
+// Runs program g on `in` and copies the logits it computed to `out` (the
+// step's logits, V floats a row); waits for the device.
+void run_program(halo_executable& e, halo_kv_cache& kv, ze_rbln_graph_handle_t g, GraphRows& in,
+                 float* out, const char* what) {
+  const int64_t V = e.dims.desc.vocab;
+  float* dev_logits = static_cast<float*>(e.logits_mem.ptr);
+  ze_rbln_graph_args_t ga{};
+  ga.token_ids = in.tok.data();
+  ga.positions = in.pos.data();
+  ga.slots = in.slot.data();
+  ga.ctx_lens = in.ctx.data();
+  ga.block_ids = in.blk.data();
+  ga.kv_num_blocks = static_cast<uint32_t>(kv.num_blocks);
+  ga.kv = kv.ptrs.data();
+  ga.num_logits = static_cast<uint32_t>(in.rows.size());
+  ga.logits_rows = in.rows.data();
+  ga.logits = dev_logits;
+  ze_check(zeRblnCommandListAppendGraphExecute(e.list, g, &ga, nullptr, 0, nullptr), what);
+  for (size_t i = 0; i < in.rows.size(); ++i)
+    ze_check(zeCommandListAppendMemoryCopy(e.list, out + size_t(in.out_index[i]) * size_t(V),
+                                           dev_logits + i * size_t(V), size_t(V) * sizeof(float),
+                                           nullptr, 0, nullptr),
+             what);
+  submit(e, what);
+}
+
+// One sequence, in chunks of prefill_chunk_size, each padded.
+void execute_prefill(const halo_execute_args* a, halo_executable& e, halo_kv_cache& kv,
+                     float* out) {
+  GraphRows in;
+  const int32_t q = a->num_tokens, cached = a->context_lens[0] - q, block = a->block_tables[0];
+  for (int32_t start = 0; start < q; start += e.chunk) {
+    const int32_t n = std::min(e.chunk, q - start);
+    in.reset(size_t(e.chunk));
+    for (int32_t r = 0; r < n; ++r) {
+      in.tok[size_t(r)] = a->token_ids[start + r];
+      in.pos[size_t(r)] = a->positions[start + r];
+      in.slot[size_t(r)] = a->slot_mapping[start + r];
+      in.ctx[size_t(r)] = cached + start + r + 1;
+      in.blk[size_t(r)] = block;
+    }
+    for (int32_t i = 0; i < a->num_logits; ++i) {
+      const int32_t t = a->logits_indices[i];
+      if (t >= start && t < start + n) {
+        in.rows.push_back(t - start);
+        in.out_index.push_back(i);
+      }
+    }
+    run_program(e, kv, e.prefill, in, out, "execute (prefill)");
+  }
+}
+
+// Decodes: padded up to the smallest compiled bucket that holds them.
+void execute_decode(const halo_execute_args* a, halo_executable& e, halo_kv_cache& kv, float* out) {
+  const int32_t S = a->num_seqs;
+  auto it =
+      std::find_if(e.decode.begin(), e.decode.end(), [&](const auto& p) { return p.first >= S; });
+  GraphRows in;
+  in.reset(size_t(it->first));
   for (int32_t s = 0; s < S; ++s) {
-    tok[size_t(s)] = a->token_ids[s];
-    pos[size_t(s)] = a->positions[s];
-    slot[size_t(s)] = a->slot_mapping[s];
-    ctx[size_t(s)] = a->context_lens[s];
-    blk[size_t(s)] = a->block_tables[size_t(s) * size_t(a->max_blocks_per_seq)];
+    in.tok[size_t(s)] = a->token_ids[s];
+    in.pos[size_t(s)] = a->positions[s];
+    in.slot[size_t(s)] = a->slot_mapping[s];
+    in.ctx[size_t(s)] = a->context_lens[s];
+    in.blk[size_t(s)] = a->block_tables[size_t(s) * size_t(a->max_blocks_per_seq)];
   }
   for (int32_t i = 0; i < a->num_logits; ++i) {
-    rows.push_back(a->logits_indices[i]);
-    out_index.push_back(i);
+    in.rows.push_back(a->logits_indices[i]);
+    in.out_index.push_back(i);
   }
-  run(it->second, "execute (decode)");
+  run_program(e, kv, it->second, in, out, "execute (decode)");
+}
+
+}  // namespace
+
+void execute(halo_execute_args* a) {
+  check_args(a, "execute: args");
+  halo_executable* e = a->executable;
+  halo_kv_cache* kv = a->kv_cache;
+  if (e == nullptr || kv == nullptr) invalid("execute: executable or kv_cache is NULL");
+  if (kv->owner != e) invalid("execute: kv_cache was created for a different executable");
+  const bool any_prefill = validate_step(a, *e, *kv);
+
+  std::lock_guard<std::mutex> lock(e->mu);
+  // A lost or hung device stays lost for this executable (ABI: DEVICE_LOST).
+  if (!e->failed.empty())
+    fail(HALO_STATUS_DEVICE_LOST,
+         "execute: the device failed earlier and no longer runs programs: ", e->failed);
+  float* out =
+      a->num_logits > 0
+          ? reinterpret_cast<float*>(static_cast<char*>(a->logits->data) + a->logits->byte_offset)
+          : nullptr;
+  if (any_prefill)
+    execute_prefill(a, *e, *kv, out);
+  else
+    execute_decode(a, *e, *kv, out);
 }
 
 }  // namespace halo::rbln

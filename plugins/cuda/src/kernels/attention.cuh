@@ -215,6 +215,8 @@ struct PrefillAttnKernel {
     return 2 * R * D + 2 * KT * D + R * KT + 3 * R;
   }
 
+  // long: the kernel's phases (queries, K/V tile, scores, online softmax, P V, write), a barrier
+  // apart, over one shared-memory layout: read in order as one switch, as the other kernels' steps
   HALO_HD static int step(int phase, const Params& p, const Ctx& c, Regs& r) {
     const int D = p.s.head_dim, G = p.s.heads / p.s.kv_heads, KT = p.kv_tile;
     const int R = p.q_tile * G;
