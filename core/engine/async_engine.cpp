@@ -370,8 +370,9 @@ void AsyncEngine::loop() {
       fail_all(std::string("engine step failed: ") + e.what());
       continue;
     }
-    // Counters before process(): a consumer woken by a step's final event
-    // must read counters that already include that step.
+    // Counters and gauges before process(): a consumer woken by a step's
+    // final event must read metrics that already include that step.
+    refresh_gauges();
     auto st = engine_->stats();
     {
       std::lock_guard lk(metrics_mu_);
