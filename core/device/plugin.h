@@ -6,6 +6,8 @@
 //
 // Lifetimes: every object keeps a shared_ptr to the Plugin it came from, so a
 // library is unloaded only after the last object it made is destroyed.
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -160,12 +162,54 @@ class Executable {
 };
 
 // The flat host inputs of one execute() step, as halo_execute_args takes
-// them; the owner refills them each step and reuses their memory.
+// them, and the one way to build them (the engine's runner and halo bench
+// both do): begin(), then add_sequence() per sequence, request_logits() for
+// the rows whose logits are wanted. The owner reuses the memory step after step.
 struct StepInputs {
   std::vector<int32_t> token_ids, positions, query_start, context_lens, block_tables,
       logits_indices;
   std::vector<int64_t> slot_mapping;
   int32_t max_blocks_per_seq = 0;  // block_tables is [num_seqs, max_blocks_per_seq]
+
+  // Starts a step of `num_seqs` sequences with block tables of at most
+  // `max_blocks` entries (the rest of each row is -1).
+  void begin(size_t num_seqs, int32_t max_blocks) {
+    token_ids.clear();
+    positions.clear();
+    slot_mapping.clear();
+    query_start.assign(1, 0);
+    context_lens.clear();
+    logits_indices.clear();
+    max_blocks_per_seq = max_blocks;
+    block_tables.assign(num_seqs * static_cast<size_t>(max_blocks), -1);
+  }
+  // Appends the next sequence: its tokens at positions [start, start + count)
+  // (token_at(pos) gives each id, written to slots through `blocks`), its
+  // context length start + count and its block table. Returns the step row of
+  // its first new token.
+  template <class TokenAt>
+  int32_t add_sequence(TokenAt&& token_at, int start, int count, const std::vector<int32_t>& blocks,
+                       int block_size) {
+    const auto first = static_cast<int32_t>(token_ids.size());
+    const size_t seq = query_start.size() - 1;
+    for (int pos = start; pos < start + count; ++pos) {
+      token_ids.push_back(token_at(pos));
+      positions.push_back(pos);
+      slot_mapping.push_back(int64_t{blocks[static_cast<size_t>(pos / block_size)]} * block_size +
+                             pos % block_size);
+    }
+    query_start.push_back(static_cast<int32_t>(token_ids.size()));
+    context_lens.push_back(start + count);
+    std::copy(blocks.begin(), blocks.end(),
+              block_tables.begin() +
+                  static_cast<std::ptrdiff_t>(seq * static_cast<size_t>(max_blocks_per_seq)));
+    return first;
+  }
+  // Asks for the logits of step row `row`; returns their row in the output.
+  int32_t request_logits(int32_t row) {
+    logits_indices.push_back(row);
+    return static_cast<int32_t>(logits_indices.size()) - 1;
+  }
 };
 
 class KvCache {

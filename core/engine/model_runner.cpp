@@ -9,47 +9,30 @@ ModelRunner::ModelRunner(device::KvCache& kv_cache, int vocab_size)
 
 void ModelRunner::execute(const SchedulerOutput& step) {
   const auto& sched = step.scheduled;
-  in_.token_ids.clear();
-  in_.positions.clear();
-  in_.slot_mapping.clear();
-  in_.query_start.assign(1, 0);
-  in_.context_lens.clear();
-  in_.logits_indices.clear();
   row_of_.assign(sched.size(), -1);
   prompt_rows_.assign(sched.size(), {});
   size_t max_blocks = 1;
   for (const auto& s : sched) max_blocks = std::max(max_blocks, s.seq->block_table.size());
-  in_.block_tables.assign(sched.size() * max_blocks, -1);
+  in_.begin(sched.size(), static_cast<int32_t>(max_blocks));
 
   for (size_t i = 0; i < sched.size(); ++i) {
     const Sequence& seq = *sched[i].seq;
-    int start = seq.num_computed_tokens;
-    int end = start + sched[i].num_tokens;
-    for (int pos = start; pos < end; ++pos) {
-      in_.token_ids.push_back(seq.token_at(pos));
-      in_.positions.push_back(pos);
-      in_.slot_mapping.push_back(int64_t(seq.block_table[pos / block_size_]) * block_size_ + pos % block_size_);
-    }
+    const int start = seq.num_computed_tokens;
+    const int end = start + sched[i].num_tokens;
+    const int32_t first = in_.add_sequence([&](int pos) { return seq.token_at(pos); }, start,
+                                           sched[i].num_tokens, seq.block_table, block_size_);
     if (seq.params.prompt_logprobs >= 0) {
-      int last = std::min(end, static_cast<int>(seq.prompt_ids.size()) - 1);  // rows predicting a prompt token
+      // Rows predicting a prompt token.
+      const int last = std::min(end, static_cast<int>(seq.prompt_ids.size()) - 1);
       auto& pr = prompt_rows_[i];
       pr.first_row = static_cast<int>(in_.logits_indices.size());
       pr.first_position = start;
-      for (int pos = start; pos < last; ++pos) {
-        in_.logits_indices.push_back(in_.query_start.back() + (pos - start));
-        pr.count++;
-      }
+      for (int pos = start; pos < last; ++pos, ++pr.count)
+        in_.request_logits(first + (pos - start));
     }
-    in_.query_start.push_back(static_cast<int32_t>(in_.token_ids.size()));
-    in_.context_lens.push_back(end);
-    std::copy(seq.block_table.begin(), seq.block_table.end(), in_.block_tables.begin() + i * max_blocks);
-    if (end == seq.num_tokens()) {  // caught up: the next token is sampled from this row
-      row_of_[i] = static_cast<int>(in_.logits_indices.size());
-      in_.logits_indices.push_back(static_cast<int32_t>(in_.token_ids.size()) - 1);
-    }
+    if (end == seq.num_tokens())  // caught up: the next token is sampled from this row
+      row_of_[i] = in_.request_logits(static_cast<int32_t>(in_.token_ids.size()) - 1);
   }
-
-  in_.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
   kv_cache_.execute(in_, vocab_, logits_);
 }
 

@@ -418,30 +418,16 @@ class Stepper {
   template <class TokenAt>
   double run(const std::vector<Piece>& pieces, TokenAt&& token_at, int logits_from,
              int* logits_rows) {
-    in_.token_ids.clear();
-    in_.positions.clear();
-    in_.slot_mapping.clear();
-    in_.query_start.assign(1, 0);
-    in_.context_lens.clear();
-    in_.logits_indices.clear();
-    in_.block_tables.assign(pieces.size() * static_cast<size_t>(bps_), -1);
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      const Piece& p = pieces[i];
-      for (int pos = p.start; pos < p.start + p.count; ++pos) {
-        in_.token_ids.push_back(token_at(p.seq, pos));
-        in_.positions.push_back(pos);
-        in_.slot_mapping.push_back(int64_t(block_of(p.seq, pos / bs_)) * bs_ + pos % bs_);
-      }
-      in_.query_start.push_back(static_cast<int32_t>(in_.token_ids.size()));
-      in_.context_lens.push_back(p.start + p.count);
-      for (int b = 0; b < bps_; ++b)
-        in_.block_tables[i * static_cast<size_t>(bps_) + static_cast<size_t>(b)] =
-            block_of(p.seq, b);
+    in_.begin(pieces.size(), bps_);
+    for (const Piece& p : pieces) {
+      blocks_.resize(static_cast<size_t>(bps_));
+      for (int b = 0; b < bps_; ++b) blocks_[static_cast<size_t>(b)] = block_of(p.seq, b);
+      in_.add_sequence([&](int pos) { return token_at(p.seq, pos); }, p.start, p.count, blocks_,
+                       bs_);
       if (p.start + p.count >= logits_from)
-        in_.logits_indices.push_back(static_cast<int32_t>(in_.token_ids.size()) - 1);
+        in_.request_logits(static_cast<int32_t>(in_.token_ids.size()) - 1);
     }
     if (logits_rows) *logits_rows = static_cast<int>(in_.logits_indices.size());
-    in_.max_blocks_per_seq = bps_;
     const auto t0 = clock_type::now();
     kv_.execute(in_, vocab_, logits_);
     return std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -455,6 +441,7 @@ class Stepper {
   device::KvCache& kv_;
   int vocab_, bps_, bs_;
   device::StepInputs in_;
+  std::vector<int32_t> blocks_;  // one piece's block table
   std::vector<float> logits_;
 };
 
