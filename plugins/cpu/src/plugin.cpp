@@ -106,18 +106,7 @@ void buffer_to_host(halo_buffer_to_host_args* args) {
   DLTensor* t = args->host;
   if (t == nullptr) invalid("buffer_to_host: host is NULL");
   const size_t bytes = host_tensor_bytes("buffer_to_host", t);
-  if (t->dtype.code != b->dtype.code || t->dtype.bits != b->dtype.bits || t->dtype.lanes != b->dtype.lanes)
-    invalid("buffer_to_host: host dtype code=", static_cast<int>(t->dtype.code), " bits=",
-            static_cast<int>(t->dtype.bits), " does not match the buffer's code=", static_cast<int>(b->dtype.code),
-            " bits=", static_cast<int>(b->dtype.bits));
-  const bool same = static_cast<size_t>(t->ndim) == b->shape.size() &&
-                    std::equal(b->shape.begin(), b->shape.end(), t->shape);
-  if (!same) {
-    std::string want, got;
-    for (auto d : b->shape) want += cat(want.empty() ? "" : ", ", d);
-    for (int i = 0; i < t->ndim; ++i) got += cat(i ? ", " : "", t->shape[i]);
-    invalid("buffer_to_host: host shape [", got, "] does not match the buffer's shape [", want, "]");
-  }
+  check_host_matches_buffer("buffer_to_host", t, b->dtype, b->shape);
   if (bytes > 0) std::memcpy(static_cast<char*>(t->data) + t->byte_offset, b->bytes.data(), bytes);
 }
 

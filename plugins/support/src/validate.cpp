@@ -354,4 +354,20 @@ void set_compute_dtype(halo_limits* lim, int32_t dtype) {
   if (HALO_HAS_FIELD(lim, halo_limits, compute_dtype)) lim->compute_dtype = dtype;
 }
 
+void check_host_matches_buffer(const char* where, const DLTensor* t, DLDataType dtype,
+                               const std::vector<int64_t>& shape) {
+  if (t->dtype.code != dtype.code || t->dtype.bits != dtype.bits || t->dtype.lanes != dtype.lanes)
+    invalid(where, ": host dtype code=", static_cast<int>(t->dtype.code), " bits=",
+            static_cast<int>(t->dtype.bits), " does not match the buffer's code=",
+            static_cast<int>(dtype.code), " bits=", static_cast<int>(dtype.bits));
+  const bool same = static_cast<size_t>(t->ndim) == shape.size() &&
+                    std::equal(shape.begin(), shape.end(), t->shape);
+  if (!same) {
+    std::string want, got;
+    for (auto d : shape) want += cat(want.empty() ? "" : ", ", d);
+    for (int i = 0; i < t->ndim; ++i) got += cat(i ? ", " : "", t->shape[i]);
+    invalid(where, ": host shape [", got, "] does not match the buffer's shape [", want, "]");
+  }
+}
+
 }  // namespace halo::plugin

@@ -75,6 +75,10 @@ void set_kv_dtype(halo_limits* lim, int32_t agreed);
 void set_compute_dtype(halo_limits* lim, int32_t dtype);
 
 size_t buffer_elem_size(const char* where, DLDataType t);
+// buffer_to_host: INVALID_ARGUMENT naming `where` unless the host tensor has
+// the buffer's dtype and shape.
+void check_host_matches_buffer(const char* where, const DLTensor* t, DLDataType dtype,
+                               const std::vector<int64_t>& shape);
 size_t host_tensor_bytes(const char* where, const DLTensor* t);
 
 }  // namespace halo::plugin
