@@ -1,4 +1,4 @@
-/* halo device plugin ABI, version 1.3. Minor versions only append:
+/* halo device plugin ABI, version 1.4. Minor versions only append:
  *  1.1: compile, device_get_stats, halo_model_spec.compiled_model_dir / compiled_target;
  *  1.2: halo_limits.kv_cache_dtype;
  *  1.3: halo_limits.compute_dtype; status codes DEVICE_LOST, UNAVAILABLE,
@@ -6,7 +6,10 @@
  *       HALO_CAP_TENSOR_PARALLEL, halo_device_properties.kv_cache_dtypes
  *       and .compute_dtypes (the device facts the core needs before a model
  *       is prepared, so that it knows no device names); device_measure_peak;
- *       HALO_WEIGHT_* name macros.
+ *       HALO_WEIGHT_* name macros;
+ *  1.4: quantized weights (halo_quantized_tensor, halo_prepare_args and
+ *       halo_compile_args .quantized_weights, halo_device_properties
+ *       .quant_types).
  *
  * A device plugin is a shared library that exports one symbol,
  *
@@ -113,7 +116,7 @@ extern "C" {
 #endif
 
 #define HALO_ABI_VERSION_MAJOR 1
-#define HALO_ABI_VERSION_MINOR 3
+#define HALO_ABI_VERSION_MINOR 4
 
 /* Name of the one symbol every plugin exports. */
 #define HALO_PLUGIN_ENTRY_SYMBOL "halo_plugin_get_api"
@@ -224,6 +227,10 @@ typedef struct halo_device_properties {
    * stored in. 0: the plugin takes no "dtype" option and computes a model in
    * its stored dtype (the core never sends one). */
   uint32_t compute_dtypes;
+  /* v1.4: the halo_quant_type values prepare accepts in quantized_weights,
+   * one bit HALO_DTYPE_BIT(t) each; 0: none (the core then refuses a
+   * quantized model for this device, naming the types it has). */
+  uint32_t quant_types;
 } halo_device_properties;
 
 typedef struct halo_device_count_args {
@@ -349,6 +356,51 @@ typedef struct halo_named_tensor {
   const DLTensor* tensor;
 } halo_named_tensor;
 
+/* v1.4: quantized weights. A projection matrix [out, in] (q/k/v/o_proj,
+ * gate/up/down_proj, lm_head; never embed_tokens, norms or biases) may come
+ * quantized instead of as a plain tensor, in one layout that every format is
+ * converted to (GGUF Q8_0/Q4_0/Q4_K/Q5_K/Q6_K, GPTQ, compressed-tensors, the
+ * core's own --quantization): the input dimension is cut into groups of
+ * group_size consecutive elements, and element (n, k) of the matrix is
+ *
+ *     w[n][k] = scales[n][k / group_size] * q[n][k] + offsets[n][k / group_size]
+ *
+ * with offsets == NULL meaning 0 (symmetric). q is an integer of `type`:
+ *  - INT8:  values is int8 [out, in], q in [-128, 127];
+ *  - UINT4: values is uint8 [out, in / 2], q in [0, 15]; element 2j of a row
+ *           is the low nibble of byte j, element 2j + 1 the high nibble.
+ * scales and offsets are fp32, fp16 or bf16 [out, in / group_size], both of
+ * one dtype. group_size divides `in` and is a multiple of 16 (per output
+ * channel: group_size == in). values, scales and offsets are row-major and
+ * dense (no strides); their memory follows the same rule as plain weights
+ * (valid until executable_destroy returns). A weight appears once, either in
+ * weights or in quantized_weights. The struct is frozen: a new layout is a
+ * new halo_quant_type, never a new field. */
+typedef enum halo_quant_type {
+  HALO_QUANT_NONE = 0, /* not a valid type of a quantized tensor */
+  HALO_QUANT_INT8 = 1,
+  HALO_QUANT_UINT4 = 2,
+} halo_quant_type;
+
+/* Name of a halo_quant_type for messages ("int8", "uint4"). */
+static inline const char* halo_quant_type_name(int32_t t) {
+  switch (t) {
+    case HALO_QUANT_INT8: return "int8";
+    case HALO_QUANT_UINT4: return "uint4";
+    default: return "unknown";
+  }
+}
+
+typedef struct halo_quantized_tensor {
+  const char* name;         /* canonical, as for halo_named_tensor */
+  int32_t type;             /* halo_quant_type */
+  int32_t group_size;
+  int64_t rows, cols;       /* the matrix's [out, in] */
+  const DLTensor* values;
+  const DLTensor* scales;
+  const DLTensor* offsets;  /* may be NULL */
+} halo_quantized_tensor;
+
 /* Engine limits. The core proposes them in prepare; the plugin returns what it
  * will honour. A static-shape device answers with its compiled limits. */
 typedef struct halo_limits {
@@ -438,6 +490,11 @@ typedef struct halo_prepare_args {
   const halo_option* options;
   size_t num_options;
   halo_executable* executable; /* out */
+  /* v1.4: weights given quantized (see halo_quantized_tensor); only types
+   * the device lists in quant_types. A plugin refuses any other type, group
+   * size or shape with INVALID_ARGUMENT naming the weight. */
+  const halo_quantized_tensor* quantized_weights;
+  size_t num_quantized_weights;
 } halo_prepare_args;
 
 /* ------------------------------------------------------------ KV cache */
@@ -533,6 +590,9 @@ typedef struct halo_compile_args {
   const char* out_dir;
   char* summary;           /* out, caller-allocated, may be NULL */
   size_t summary_capacity;
+  /* v1.4: as in halo_prepare_args. */
+  const halo_quantized_tensor* quantized_weights;
+  size_t num_quantized_weights;
 } halo_compile_args;
 
 #define HALO_MAX_CHIPS 16
