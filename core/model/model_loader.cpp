@@ -22,13 +22,6 @@ namespace halo::model {
 
 namespace {
 
-// One canonical weight: owns its name and shape; `tensor` points into a file.
-struct WeightEntry {
-  std::string name;
-  std::vector<int64_t> shape;
-  DLTensor tensor{};
-};
-
 DLDataType dl_dtype(SafetensorsDType t) {
   switch (t) {
     case SafetensorsDType::kF32: return {kDLFloat, 32, 1};
@@ -40,12 +33,6 @@ DLDataType dl_dtype(SafetensorsDType t) {
 }
 
 std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
-
-// Heap memory from std::aligned_alloc.
-struct FreeDeleter {
-  void operator()(std::byte* p) const noexcept { std::free(p); }
-};
-using AlignedBytes = std::unique_ptr<std::byte, FreeDeleter>;
 
 // The NaN/Inf scan reads this many bytes from the start of each tensor: enough
 // to catch a tensor that is NaN throughout (a broken conversion or a diverged
@@ -81,12 +68,7 @@ void warn_non_finite(const SafetensorsFile& file, const TensorInfo& info, const 
 struct LoadedModel::Impl {
   ModelConfig config;
   std::vector<std::unique_ptr<SafetensorsFile>> files;
-  std::vector<std::unique_ptr<WeightEntry>> entries;
-  // Aligned copies of the tensors whose bytes sit unaligned in their file.
-  std::vector<AlignedBytes> copies;
-  std::vector<halo_named_tensor> named;
-  std::map<std::string, const DLTensor*, std::less<>> by_name;
-  uint64_t bytes = 0;
+  WeightStore store;  // the tensors, over the files' mappings or owned copies
 };
 
 LoadedModel::LoadedModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -95,12 +77,17 @@ LoadedModel& LoadedModel::operator=(LoadedModel&&) noexcept = default;
 LoadedModel::~LoadedModel() = default;
 
 const ModelConfig& LoadedModel::config() const { return impl_->config; }
-std::span<const halo_named_tensor> LoadedModel::weights() const { return impl_->named; }
-uint64_t LoadedModel::weight_bytes() const { return impl_->bytes; }
+std::span<const halo_named_tensor> LoadedModel::weights() const { return impl_->store.plain(); }
+std::span<const halo_quantized_tensor> LoadedModel::quantized_weights() const {
+  return impl_->store.quantized();
+}
+uint64_t LoadedModel::weight_bytes() const { return impl_->store.bytes(); }
+const WeightStore& LoadedModel::store() const { return impl_->store; }
+WeightStore& LoadedModel::mutable_store() { return impl_->store; }
+ModelConfig& LoadedModel::mutable_config() { return impl_->config; }
 
 const DLTensor* LoadedModel::find(std::string_view canonical_name) const {
-  auto it = impl_->by_name.find(canonical_name);
-  return it == impl_->by_name.end() ? nullptr : it->second;
+  return impl_->store.find(canonical_name);
 }
 
 bool LoadedModel::is_compiled() const { return impl_->config.is_compiled(); }
@@ -126,19 +113,16 @@ void check_layer_count(const ModelConfig& cfg, size_t tensors, const std::filesy
 // safetensors allows any header length, so the data section (and every
 // tensor in it) can start at an odd offset of the page-aligned mapping; such
 // a tensor is copied once to aligned memory (a warning says so).
-const std::byte* tensor_bytes(const SafetensorsFile& file, const TensorInfo& info, std::vector<AlignedBytes>& copies) {
+const std::byte* tensor_bytes(const SafetensorsFile& file, const TensorInfo& info, WeightStore& store) {
   const std::byte* p = file.tensor_data(info);
   const size_t item = dtype_size(info.dtype);
   if (reinterpret_cast<uintptr_t>(p) % item != 0) {
     spdlog::warn("{}: tensor '{}' is not {}-byte aligned in the file (header length not a multiple of 8); copying its "
                  "{} bytes to aligned memory",
                  file.path().string(), info.name, item, info.nbytes);
-    const size_t n = (std::max<uint64_t>(info.nbytes, 1) + 63) / 64 * 64;
-    AlignedBytes copy(static_cast<std::byte*>(std::aligned_alloc(64, n)));
-    if (!copy) throw Error(fmt::format("{}: cannot allocate {} bytes for tensor '{}'", file.path().string(), n, info.name));
-    std::memcpy(copy.get(), p, info.nbytes);
-    p = copy.get();
-    copies.push_back(std::move(copy));
+    std::byte* copy = store.allocate(info.nbytes, fmt::format("{}: tensor '{}'", file.path().string(), info.name));
+    std::memcpy(copy, p, info.nbytes);
+    p = copy;
   }
   warn_non_finite(file, info, p);
   return p;
@@ -185,27 +169,12 @@ std::map<std::string, std::string, std::less<>> read_weight_map(
 }
 
 // The canonical weight `w` as the plugin will see it, over `data`, the bytes
-// of file tensor `info`; adds its size to `bytes`.
-std::unique_ptr<WeightEntry> make_entry(const WeightSource& w, const TensorInfo& info,
-                                        const std::byte* data, uint64_t& bytes) {
-  auto entry = std::make_unique<WeightEntry>();
-  entry->name = w.canonical;
-  entry->shape = w.shape;
-  const size_t item = dtype_size(info.dtype);
+// of file tensor `info`.
+TensorView view_of(const WeightSource& w, const TensorInfo& info, const std::byte* data) {
   int64_t row_elems = 1;
   for (size_t d = 1; d < w.shape.size(); ++d) row_elems *= w.shape[d];
-  int64_t numel = 1;
-  for (int64_t d : w.shape) numel *= d;
-  DLTensor& t = entry->tensor;
-  t.data = const_cast<std::byte*>(data);  // read-only mapping; DLTensor has no const
-  t.device = {kDLCPU, 0};
-  t.ndim = static_cast<int32_t>(entry->shape.size());
-  t.dtype = dl_dtype(info.dtype);
-  t.shape = entry->shape.data();
-  t.strides = nullptr;
-  t.byte_offset = static_cast<uint64_t>(w.row_begin * row_elems) * item;
-  bytes += static_cast<uint64_t>(numel) * item;
-  return entry;
+  return TensorView{data, static_cast<uint64_t>(w.row_begin * row_elems) * dtype_size(info.dtype),
+                    dl_dtype(info.dtype), w.shape};
 }
 
 }  // namespace
@@ -259,7 +228,6 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
   check_layer_count(cfg, sharded ? weight_map.size() : impl->files.front()->tensors().size(),
                     model_dir / "config.json", sharded ? index_path : single);
   const std::vector<WeightSource> expected = expected_weights(cfg);
-  impl->entries.reserve(expected.size());
   // Each file tensor's data as the plugin will see it (fused tensors are
   // shared by several weights: checked and copied once).
   std::map<const TensorInfo*, const std::byte*> resolved;
@@ -278,16 +246,11 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
                               shape_str(info->shape), shape_str(w.hf_shape), w.canonical));
 
     auto [it, fresh] = resolved.emplace(info, nullptr);
-    if (fresh) it->second = tensor_bytes(file, *info, impl->copies);
-    impl->entries.push_back(make_entry(w, *info, it->second, impl->bytes));
+    if (fresh) it->second = tensor_bytes(file, *info, impl->store);
+    impl->store.add(w.canonical, view_of(w, *info, it->second));
   }
-  impl->named.reserve(impl->entries.size());
-  for (const auto& e : impl->entries) {
-    impl->named.push_back({e->name.c_str(), &e->tensor});
-    impl->by_name.emplace(e->name, &e->tensor);
-  }
-  spdlog::debug("{}: {} weights, {} bytes from {} file(s)", model_dir.string(), impl->named.size(), impl->bytes,
-                impl->files.size());
+  spdlog::debug("{}: {} weights, {} bytes from {} file(s)", model_dir.string(), impl->store.plain().size(),
+                impl->store.bytes(), impl->files.size());
   return LoadedModel(std::move(impl));
 }
 

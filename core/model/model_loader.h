@@ -17,6 +17,7 @@
 #include <halo/device_abi.h>
 
 #include "model/hf_config.h"
+#include "model/weight_store.h"
 
 namespace halo::model {
 
@@ -43,10 +44,19 @@ class LoadedModel {
   // names, DLTensors, shapes and data stay valid, at the same addresses, for
   // as long as this object (or the one it is moved into) lives.
   std::span<const halo_named_tensor> weights() const;
-  // The weight with this canonical name, or null.
+  // ABI v1.4: the weights given quantized (same lifetime rules). A name is in
+  // weights() or here, never both.
+  std::span<const halo_quantized_tensor> quantized_weights() const;
+  // The plain weight with this canonical name, or null.
   const DLTensor* find(std::string_view canonical_name) const;
+  const WeightStore& store() const;
+  // For loaders that transform a loaded model (quantization at load time):
+  // the spans above are invalidated by changes.
+  WeightStore& mutable_store();
+  ModelConfig& mutable_config();
   bool is_compiled() const;
-  // Bytes of all canonical weights (slices of fused tensors counted once each).
+  // Bytes of all canonical weights as the device reads them (slices of fused
+  // tensors counted once each; quantized weights with their scales).
   uint64_t weight_bytes() const;
   // The safetensors files mapped, in the order they were opened.
   std::vector<std::filesystem::path> files() const;
