@@ -10,9 +10,11 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 namespace halo::device {
@@ -282,6 +284,9 @@ DeviceInfo Plugin::device_info(int index) const {
     info.kv_cache_dtypes = props.kv_cache_dtypes;
     info.compute_dtypes = props.compute_dtypes;
   }
+  if (api_->abi_major == 1 && api_->abi_minor >= 4 &&
+      props.struct_size >= HALO_STRUCT_SIZE(halo_device_properties, quant_types))
+    info.quant_types = props.quant_types;
   return info;
 }
 
@@ -330,10 +335,29 @@ std::optional<MeasuredPeak> Device::measure_peak(int32_t compute_dtype, double b
   return MeasuredPeak{args.flops_per_s, args.method};
 }
 
+void check_quantized_supported(const Plugin& plugin, const DeviceInfo& info,
+                               std::span<const halo_quantized_tensor> quantized) {
+  std::map<int32_t, std::string> missing;  // type -> an example weight
+  for (const halo_quantized_tensor& q : quantized)
+    if (!(info.quant_types & HALO_DTYPE_BIT(q.type))) missing.emplace(q.type, q.name);
+  if (missing.empty()) return;
+  std::vector<std::string> have, accepted;
+  for (const auto& [type, example] : missing)
+    have.push_back(fmt::format("{} (e.g. {})", halo_quant_type_name(type), example));
+  for (int32_t t : {HALO_QUANT_INT8, HALO_QUANT_UINT4})
+    if (info.quant_types & HALO_DTYPE_BIT(t)) accepted.emplace_back(halo_quant_type_name(t));
+  throw Error(fmt::format("the model has quantized weights of type {}, which device '{}' ({}) cannot run; it accepts "
+                          "{}",
+                          fmt::join(have, ", "), plugin.name(), plugin.version_string(),
+                          accepted.empty() ? std::string("no quantized weights")
+                                           : fmt::format("{}", fmt::join(accepted, ", "))));
+}
+
 Executable::Executable(std::shared_ptr<Device> device, const halo_model_spec& spec,
                        const std::vector<halo_named_tensor>& weights, halo_limits& limits,
-                       const Options& options)
+                       const Options& options, std::span<const halo_quantized_tensor> quantized)
     : device_(std::move(device)) {
+  check_quantized_supported(device_->plugin(), device_->info(), quantized);
   // A compiled model directory only runs on the plugin it was compiled for.
   if (spec.struct_size >= HALO_STRUCT_SIZE(halo_model_spec, compiled_target) && spec.compiled_target != nullptr &&
       device_->plugin().name() != spec.compiled_target) {
@@ -352,6 +376,8 @@ Executable::Executable(std::shared_ptr<Device> device, const halo_model_spec& sp
   args.limits = &limits;
   args.options = opts.data();
   args.num_options = opts.size();
+  args.quantized_weights = quantized.data();
+  args.num_quantized_weights = quantized.size();
   device_->plugin().check(device_->plugin().api().prepare(&args), "prepare");
   handle_ = args.executable;
   limits_ = limits;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +49,7 @@ struct DeviceInfo {
   int max_model_len = 0;
   uint32_t kv_cache_dtypes = 0;  // HALO_DTYPE_BIT set (v1.3); 0: not said
   uint32_t compute_dtypes = 0;   // what the option "dtype" takes (v1.3); 0: no such option
+  uint32_t quant_types = 0;      // HALO_DTYPE_BIT(halo_quant_type) prepare accepts (v1.4); 0: none
 };
 std::string kind_name(halo_device_kind kind);
 
@@ -107,6 +109,12 @@ struct PluginFile {
 };
 std::vector<PluginFile> find_plugin_files();
 
+// Throws an Error unless the device runs every quantized type in `quantized`
+// (the message names the types the model has, an example weight, and what the
+// device accepts). Also used before compile.
+void check_quantized_supported(const Plugin& plugin, const DeviceInfo& info,
+                               std::span<const halo_quantized_tensor> quantized);
+
 // Options handed to plugins as key/value strings.
 using Options = std::vector<std::pair<std::string, std::string>>;
 
@@ -144,9 +152,12 @@ class Executable {
  public:
   // `limits` goes in as proposed and comes back as agreed. The weights' memory
   // must outlive this object (the ABI lets a plugin use it in place).
+  // Quantized weights (ABI v1.4) go only to a device that lists their types;
+  // otherwise this throws an Error naming the model's types and the device's.
   Executable(std::shared_ptr<Device> device, const halo_model_spec& spec,
              const std::vector<halo_named_tensor>& weights, halo_limits& limits,
-             const Options& options = {});
+             const Options& options = {},
+             std::span<const halo_quantized_tensor> quantized = {});
   ~Executable();
   Executable(const Executable&) = delete;
   Executable& operator=(const Executable&) = delete;

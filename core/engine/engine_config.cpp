@@ -63,4 +63,8 @@ void check_agreed_limits(const EngineConfig& flags, const halo_limits& lim,
                     lim.block_size, lim.kv_bytes_per_block));
 }
 
+model::LoadOptions load_options(const EngineConfig& flags) {
+  return model::LoadOptions{flags.quantization, flags.quantization_group_size};
+}
+
 }  // namespace halo::engine

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "device/plugin.h"
+#include "model/model_loader.h"
 
 namespace halo::engine {
 
@@ -28,7 +29,14 @@ struct EngineConfig {
   std::string kv_cache_dtype =
       "auto";  // auto | fp32 | bf16 | fp16 (ABI v1.2 limits.kv_cache_dtype)
   device::Options plugin_options;
+  // Weight quantization at load (vLLM's --quantization): none | int8 | int4;
+  // group size 0 = the method's default (model/quantize.h).
+  std::string quantization = "none";
+  int quantization_group_size = 0;
 };
+
+// What LoadedModel::load needs of the flags.
+model::LoadOptions load_options(const EngineConfig& flags);
 
 // --kv-cache-dtype as the ABI's halo_kv_dtype; throws halo::Error naming the
 // accepted spellings (auto, fp32/float32, bf16/bfloat16, fp16/float16/half).

@@ -42,7 +42,8 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   }
   limits_ = propose_limits(config_, *plugin_);
   std::vector<halo_named_tensor> weights(model_->weights().begin(), model_->weights().end());
-  executable_ = std::make_shared<device::Executable>(device_, spec, weights, limits_, options);
+  executable_ = std::make_shared<device::Executable>(device_, spec, weights, limits_, options,
+                                                     model_->quantized_weights());
   limits_ = executable_->limits();
   check_agreed_limits(config_, limits_, *plugin_);
   if (!config_.enable_chunked_prefill && limits_.max_num_batched_tokens < limits_.max_model_len) {

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "model/quantize.h"
 #include "model/safetensors.h"
 #include "model/weight_map.h"
 
@@ -252,6 +253,12 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
   spdlog::debug("{}: {} weights, {} bytes from {} file(s)", model_dir.string(), impl->store.plain().size(),
                 impl->store.bytes(), impl->files.size());
   return LoadedModel(std::move(impl));
+}
+
+LoadedModel LoadedModel::load(const std::filesystem::path& model_dir, const LoadOptions& options) {
+  LoadedModel model = load(model_dir);
+  quantize_model(model, QuantizationOptions{options.quantization, options.quantization_group_size});
+  return model;
 }
 
 }  // namespace halo::model

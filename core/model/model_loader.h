@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -20,6 +21,12 @@
 #include "model/weight_store.h"
 
 namespace halo::model {
+
+// How to load: what vLLM's --quantization and halo's --quantization-group-size say.
+struct LoadOptions {
+  std::string quantization = "none";  // none | int8 | int4 (model/quantize.h)
+  int32_t quantization_group_size = 0;
+};
 
 class LoadedModel {
  public:
@@ -32,6 +39,8 @@ class LoadedModel {
   // loads with no weights: config().compiled_model_dir() and the spec's
   // compiled_model_dir / compiled_target tell the plugin where to read it.
   static LoadedModel load(const std::filesystem::path& model_dir);
+  // Same, then quantized at load time as `options` ask (model/quantize.h).
+  static LoadedModel load(const std::filesystem::path& model_dir, const LoadOptions& options);
 
   LoadedModel(LoadedModel&&) noexcept;
   LoadedModel& operator=(LoadedModel&&) noexcept;

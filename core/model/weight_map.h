@@ -4,6 +4,7 @@
 // row-slice views: several canonical weights share one HF tensor.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/hf_config.h"
@@ -21,5 +22,9 @@ struct WeightSource {
 // Every weight the config calls for, in canonical order: embed_tokens,
 // layers.{i}.*, final_norm, lm_head (absent when tied).
 std::vector<WeightSource> expected_weights(const ModelConfig& config);
+
+// Whether a canonical weight is a projection matrix (q/k/v/o_proj,
+// gate/up/down_proj, lm_head): the weights ABI v1.4 lets come quantized.
+bool is_projection_weight(std::string_view canonical);
 
 }  // namespace halo::model

@@ -44,6 +44,7 @@ const std::vector<VllmArg>& vllm_args() {
       setting("device", "device"),
       setting("dtype", "dtype"),
       setting("kv_cache_dtype", "kv-cache-dtype"),
+      setting("quantization", "quantization"),
       setting("max_model_len", "max-model-len"),
       setting("tensor_parallel_size", "tensor-parallel-size"),
       setting("block_size", "block-size"),
@@ -111,8 +112,6 @@ const std::vector<VllmArg>& vllm_args() {
       no_effect("cpu_offload_gb", false, {"0"}, "halo does not offload weights to host memory"),
       no_effect("disable_sliding_window", true, {}, "halo's models attend over the whole context"),
       // Asked for something halo does not do: refused, so nobody believes it is on.
-      refused("quantization", false, {"none"},
-              "halo serves unquantized weights (fp32, bf16, fp16) only so far"),
       refused("enable_lora", true, {}, "halo does not serve LoRA adapters yet"),
       refused("lora_modules", false, {}, "halo does not serve LoRA adapters yet"),
       refused("max_loras", false, {}, "halo does not serve LoRA adapters yet"),

@@ -94,7 +94,7 @@ const std::vector<std::string>& setting_keys() {
       "model", "served-model-name", "tokenizer", "revision", "download-dir", "hf-token", "compiled-model-dir", "device", "device-index", "dtype", "tensor-parallel-size",
       "max-num-seqs", "max-model-len", "max-num-batched-tokens", "block-size", "kv-cache-memory",
       "device-memory-utilization", "max-kv-tokens", "enable-chunked-prefill", "enable-prefix-caching", "seed",
-      "threads", "kv-cache-dtype", "rolling-batch"};
+      "threads", "kv-cache-dtype", "quantization", "quantization-group-size", "rolling-batch"};
   return keys;
 }
 
@@ -172,6 +172,14 @@ void apply_setting(ModelSettings& m, const Setting& s) {
       bad(s, "expected auto, fp32 (float32), bf16 (bfloat16) or fp16 (float16, half)");
     }
     e.kv_cache_dtype = v;
+  } else if (key == "quantization") {
+    const std::string q = lower(v);
+    if (q != "none" && q != "int8" && q != "int4")
+      bad(s, "expected none, int8 or int4 (quantization at load; pre-quantized GGUF, GPTQ and compressed-tensors "
+             "checkpoints are recognized from their files)");
+    e.quantization = q;
+  } else if (key == "quantization-group-size") {
+    e.quantization_group_size = static_cast<int>(to_int(s, 0, 1 << 20));
   } else if (key == "rolling-batch") {
     std::string r = lower(v);
     if (r == "disable")
@@ -316,6 +324,8 @@ std::string describe(const ModelSettings& s) {
   row("seed", std::to_string(e.seed));
   row("threads", std::to_string(e.threads));
   row("kv-cache-dtype", e.kv_cache_dtype);
+  row("quantization", e.quantization);
+  row("quantization-group-size", e.quantization_group_size ? std::to_string(e.quantization_group_size) : "default");
   row("rolling-batch", s.rolling_batch);
   return out;
 }

@@ -34,6 +34,7 @@
 #include "common/error.h"
 #include "device/plugin.h"
 #include "model/model_loader.h"
+#include "model/quantize.h"
 #include "roofline.h"
 
 
@@ -281,10 +282,30 @@ struct BenchModel {
   std::string description;
   halo_model_spec spec{};
   std::vector<halo_named_tensor> weights;
+  std::vector<halo_quantized_tensor> quantized;  // ABI v1.4
   std::shared_ptr<const void> keepalive;  // owner of the spec strings and weight memory
   std::string weight_dtype;               // "bf16", ... or "mixed"
   size_t compiled_elem_bytes = 2;         // for a compiled model (no weights here)
 };
+
+// --quantization on a generated model: the weights move into a WeightStore
+// that quantizes the projections (as LoadedModel::load does for a file).
+void quantize_generated(BenchModel& bm, const engine::EngineConfig& e) {
+  if (e.quantization == "none" || e.quantization.empty()) return;
+  struct Quantized {
+    std::shared_ptr<const void> generated;
+    model::WeightStore store;
+  };
+  auto q = std::make_shared<Quantized>();
+  q->generated = bm.keepalive;
+  for (const halo_named_tensor& w : bm.weights)
+    q->store.add(w.name, model::TensorView{w.tensor->data, w.tensor->byte_offset, w.tensor->dtype,
+                                           std::vector<int64_t>(w.tensor->shape, w.tensor->shape + w.tensor->ndim)});
+  model::quantize_weights(q->store, bm.spec, {e.quantization, e.quantization_group_size});
+  bm.weights.assign(q->store.plain().begin(), q->store.plain().end());
+  bm.quantized.assign(q->store.quantized().begin(), q->store.quantized().end());
+  bm.keepalive = q;
+}
 
 BenchModel make_model(const LatencyOptions& o, int threads) {
   BenchModel bm;
@@ -297,9 +318,10 @@ BenchModel make_model(const LatencyOptions& o, int threads) {
           "--hidden/--layers/--heads/--kv-heads/--intermediate/--vocab/--dtype shape a generated "
           "model "
           "(--preset), not --model");
-    auto model = std::make_shared<model::LoadedModel>(model::LoadedModel::load(o.model_dir));
+    auto model = std::make_shared<model::LoadedModel>(model::LoadedModel::load(o.model_dir, engine::load_options(o.engine)));
     bm.spec = model->config().spec;
     bm.weights.assign(model->weights().begin(), model->weights().end());
+    bm.quantized.assign(model->quantized_weights().begin(), model->quantized_weights().end());
     bm.description = o.model_dir;
     std::string td = model->config().torch_dtype;
     bm.compiled_elem_bytes = td == "float32" ? 4 : 2;
@@ -339,6 +361,7 @@ BenchModel make_model(const LatencyOptions& o, int threads) {
     bm.description = fmt::format("preset {} (generated, random weights)", name);
     spdlog::info("generated {} weights ({}) in {:.2f} s", name, dt.name,
                  std::chrono::duration<double>(clock_type::now() - t0).count());
+    quantize_generated(bm, o.engine);
   }
   std::string dt;
   for (const auto& w : bm.weights) {
@@ -346,6 +369,12 @@ BenchModel make_model(const LatencyOptions& o, int threads) {
     dt = dt.empty() || dt == n ? n : "mixed";
   }
   bm.weight_dtype = dt.empty() ? "compiled" : dt;
+  std::string qt;
+  for (const auto& q : bm.quantized) {
+    std::string n = halo_quant_type_name(q.type);
+    qt = qt.empty() || qt == n ? n : "mixed";
+  }
+  if (!qt.empty()) bm.weight_dtype = fmt::format("{} projections, {} rest", qt, bm.weight_dtype);
   return bm;
 }
 
@@ -386,6 +415,12 @@ Costs model_costs(const BenchModel& bm) {
     } else {
       c.stream_bytes += n * e;
     }
+  }
+  for (const auto& q : bm.quantized) {  // values, scales and offsets, as stored
+    const uint64_t n = uint64_t(q.rows) * uint64_t(q.cols);
+    const uint64_t scale_bytes = numel(*q.scales) * (q.scales->dtype.bits / 8u);
+    c.parameters += n;
+    c.stream_bytes += (q.type == HALO_QUANT_UINT4 ? n / 2 : n) + scale_bytes * (q.offsets ? 2 : 1);
   }
   return c;
 }
@@ -931,7 +966,7 @@ void run_latency(const LatencyOptions& o) {
   fallback.max_num_batched_tokens = std::max({2048, o.input_len, max_batch});
   halo_limits lim = engine::propose_limits(e, *plugin, fallback);
   const auto tp = clock_type::now();
-  auto exe = std::make_shared<device::Executable>(dev, spec, bm.weights, lim, options);
+  auto exe = std::make_shared<device::Executable>(dev, spec, bm.weights, lim, options, bm.quantized);
   const double prepare_s = std::chrono::duration<double>(clock_type::now() - tp).count();
   lim = exe->limits();
   engine::check_agreed_limits(e, lim, *plugin);

@@ -30,6 +30,8 @@ struct CompileOptions {
   int max_seq_len = 0;
   int tensor_parallel_size = 1;
   std::string dtype = "auto";
+  std::string quantization = "none";
+  int quantization_group_size = 0;
   std::string decode_buckets;
   std::string out_dir;
   std::string profile;
@@ -41,7 +43,7 @@ std::string gib(uint64_t b) { return fmt::format("{:.3f} GiB", double(b) / doubl
 
 void run_compile(const CompileOptions& o) {
   const fs::path dir = model::resolve_model(o.model_dir, o.hub);
-  auto model = model::LoadedModel::load(dir);
+  auto model = model::LoadedModel::load(dir, model::LoadOptions{o.quantization, o.quantization_group_size});
   if (model.is_compiled())
     throw Error(fmt::format("{} is already a compiled model (for device '{}'); compile the Hugging Face model directory",
                             dir.string(), model.config().compiled_target()));
@@ -52,6 +54,7 @@ void run_compile(const CompileOptions& o) {
   if (!plugin->has_compile())
     throw Error(fmt::format("device '{}' does not compile ahead of time ({}); run the model directory directly",
                             plugin->name(), plugin->version_string()));
+  device::check_quantized_supported(*plugin, plugin->device_info(o.device_index), model.quantized_weights());
 
   device::Options opts = {{"batch_size", std::to_string(o.batch_size)},
                           {"tensor_parallel_size", std::to_string(o.tensor_parallel_size)},
@@ -74,6 +77,8 @@ void run_compile(const CompileOptions& o) {
   args.options = c_opts.data();
   args.num_options = c_opts.size();
   args.out_dir = o.out_dir.c_str();
+  args.quantized_weights = model.quantized_weights().data();
+  args.num_quantized_weights = model.quantized_weights().size();
   args.summary = summary.data();
   args.summary_capacity = summary.size();
   auto print_summary = [&] {
@@ -140,6 +145,13 @@ void add_compile_command(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "bf16 or fp16 (auto: the checkpoint's 16-bit type, else bf16)")
       ->check(CLI::IsMember({"auto", "bf16", "fp16"}))
       ->capture_default_str();
+  cmd->add_option("--quantization,-q", o->quantization,
+                  "Quantize the weights before compiling: none, int8 (per output channel) or int4 (the device must "
+                  "accept the type)")
+      ->check(CLI::IsMember({"none", "int8", "int4"}))
+      ->capture_default_str();
+  cmd->add_option("--quantization-group-size", o->quantization_group_size,
+                  "Inputs sharing one scale for int4 (0: 32)");
   cmd->add_option("--decode-buckets", o->decode_buckets,
                   "Batch sizes of the decode programs, e.g. 4,2,1 (default: halving from --batch-size)");
   cmd->add_option("-o,--output", o->out_dir, "Output directory of the compiled model");

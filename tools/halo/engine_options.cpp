@@ -46,6 +46,12 @@ void add_engine_options(CLI::App& cmd, engine::EngineConfig& c) {
   cmd.add_option("--kv-cache-dtype", c.kv_cache_dtype,
                  "KV cache element type: auto (bf16 for 16-bit checkpoints on cpu), bf16, fp16 or fp32")
       ->capture_default_str();
+  cmd.add_option("--quantization,-q", c.quantization,
+                 "Quantize the weights at load: none, int8 (per output channel) or int4 (groups of "
+                 "--quantization-group-size inputs, default 32); pre-quantized files (GGUF) load as they are")
+      ->capture_default_str();
+  cmd.add_option("--quantization-group-size", c.quantization_group_size,
+                 "Inputs sharing one scale for --quantization int4 (a multiple of 16; 0: 32)");
 }
 
 }  // namespace halo::tools

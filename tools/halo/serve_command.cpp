@@ -124,6 +124,8 @@ SettingLayer cli_layer(const CLI::App& cmd, const ServeOptions& o) {
       {"seed", std::to_string(e.seed)},
       {"threads", std::to_string(e.threads)},
       {"kv-cache-dtype", e.kv_cache_dtype},
+      {"quantization", e.quantization},
+      {"quantization-group-size", std::to_string(e.quantization_group_size)},
       {"tokenizer", o.source.tokenizer},
       {"revision", o.source.hub.revision},
       {"download-dir", o.source.hub.cache_dir.string()},
