@@ -2,10 +2,12 @@
 // config.json, optionally followed by a NUL byte and generation_config.json;
 // both are written into a fixed scratch model directory and read with
 // load_model_config (the files), then parsed again from JSON with
-// parse_model_config.
+// parse_model_config, and its quantization_config with
+// parse_checkpoint_quantization.
 #include <nlohmann/json.hpp>
 
 #include "fuzz_util.h"
+#include "model/checkpoint_quant.h"
 #include "model/hf_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -28,6 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     nlohmann::json g;
     if (nul != std::string_view::npos) g = nlohmann::json::parse(generation);
     (void)halo::model::parse_model_config(c, nul != std::string_view::npos ? &g : nullptr, "config.json");
+  });
+  halo::fuzz::guarded([&] {
+    (void)halo::model::parse_checkpoint_quantization(nlohmann::json::parse(config), "config.json");
   });
   return 0;
 }

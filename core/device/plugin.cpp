@@ -3,6 +3,9 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,10 +15,6 @@
 #include <cstring>
 #include <map>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 
 namespace halo::device {
 namespace fs = std::filesystem;
@@ -346,11 +345,12 @@ void check_quantized_supported(const Plugin& plugin, const DeviceInfo& info,
     have.push_back(fmt::format("{} (e.g. {})", halo_quant_type_name(type), example));
   for (int32_t t : {HALO_QUANT_INT8, HALO_QUANT_UINT4})
     if (info.quant_types & HALO_DTYPE_BIT(t)) accepted.emplace_back(halo_quant_type_name(t));
-  throw Error(fmt::format("the model has quantized weights of type {}, which device '{}' ({}) cannot run; it accepts "
-                          "{}",
-                          fmt::join(have, ", "), plugin.name(), plugin.version_string(),
-                          accepted.empty() ? std::string("no quantized weights")
-                                           : fmt::format("{}", fmt::join(accepted, ", "))));
+  throw Error(fmt::format(
+      "the model has quantized weights of type {}, which device '{}' ({}) cannot run; it accepts "
+      "{}",
+      fmt::join(have, ", "), plugin.name(), plugin.version_string(),
+      accepted.empty() ? std::string("no quantized weights")
+                       : fmt::format("{}", fmt::join(accepted, ", "))));
 }
 
 Executable::Executable(std::shared_ptr<Device> device, const halo_model_spec& spec,

@@ -156,8 +156,7 @@ class Executable {
   // otherwise this throws an Error naming the model's types and the device's.
   Executable(std::shared_ptr<Device> device, const halo_model_spec& spec,
              const std::vector<halo_named_tensor>& weights, halo_limits& limits,
-             const Options& options = {},
-             std::span<const halo_quantized_tensor> quantized = {});
+             const Options& options = {}, std::span<const halo_quantized_tensor> quantized = {});
   ~Executable();
   Executable(const Executable&) = delete;
   Executable& operator=(const Executable&) = delete;

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "model/checkpoint_quant.h"
 #include "model/quantize.h"
 #include "model/safetensors.h"
 #include "model/weight_map.h"
@@ -125,8 +126,14 @@ const std::byte* tensor_bytes(const SafetensorsFile& file, const TensorInfo& inf
     std::memcpy(copy, p, info.nbytes);
     p = copy;
   }
-  warn_non_finite(file, info, p);
+  if (is_weight_dtype(info.dtype)) warn_non_finite(file, info, p);
   return p;
+}
+
+nlohmann::json read_config_json(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return nlohmann::json::parse(in, nullptr,
+                               false);  // malformed: already refused by load_model_config
 }
 
 // The target device of a compiled model directory (a manifest.json of
@@ -208,31 +215,56 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
   }
   std::map<std::string, SafetensorsFile*, std::less<>> shard_by_name;
 
-  // The file that holds `hf_name` (opening its shard on first use).
+  // The shard file `name` of the index (opened on first use).
+  auto open_shard = [&](const std::string& name,
+                        const std::string& hf_name) -> const SafetensorsFile& {
+    auto open = shard_by_name.find(name);
+    if (open != shard_by_name.end()) return *open->second;
+    const std::filesystem::path shard_path = model_dir / name;
+    if (!std::filesystem::exists(shard_path))
+      throw Error(fmt::format("{}: shard '{}' (holding tensor '{}') not found at {}",
+                              index_path.string(), name, hf_name, shard_path.string()));
+    impl->files.push_back(std::make_unique<SafetensorsFile>(shard_path));
+    shard_by_name.emplace(name, impl->files.back().get());
+    return *impl->files.back();
+  };
+  // The file that holds `hf_name`.
   auto file_for = [&](const WeightSource& w) -> const SafetensorsFile& {
     if (!sharded) return *impl->files.front();
     auto it = weight_map.find(w.hf_name);
     if (it == weight_map.end())
       throw Error(fmt::format("{}: missing tensor '{}' (for {}, expected shape {}): not in weight_map",
                               index_path.string(), w.hf_name, w.canonical, shape_str(w.hf_shape)));
-    auto open = shard_by_name.find(it->second);
-    if (open != shard_by_name.end()) return *open->second;
-    const std::filesystem::path shard_path = model_dir / it->second;
-    if (!std::filesystem::exists(shard_path))
-      throw Error(fmt::format("{}: shard '{}' (holding tensor '{}') not found at {}", index_path.string(), it->second,
-                              w.hf_name, shard_path.string()));
-    impl->files.push_back(std::make_unique<SafetensorsFile>(shard_path));
-    shard_by_name.emplace(it->second, impl->files.back().get());
-    return *impl->files.back();
+    return open_shard(it->second, w.hf_name);
   };
+  // Each file tensor's data as the plugin will see it (fused tensors are
+  // shared by several weights: checked and copied once).
+  std::map<const TensorInfo*, const std::byte*> resolved;
+  auto bytes_of = [&](const SafetensorsFile& file, const TensorInfo& info) {
+    auto [it, fresh] = resolved.emplace(&info, nullptr);
+    if (fresh) it->second = tensor_bytes(file, info, impl->store);
+    return it->second;
+  };
+  // Any tensor by name, or nothing (for the parts of quantized projections).
+  const TensorLookup lookup = [&](const std::string& hf_name) -> FoundTensor {
+    const SafetensorsFile* file = impl->files.empty() ? nullptr : impl->files.front().get();
+    if (sharded) {
+      auto it = weight_map.find(hf_name);
+      if (it == weight_map.end()) return {};
+      file = &open_shard(it->second, hf_name);
+    }
+    const TensorInfo* info = file->find(hf_name);
+    if (!info) return {};
+    return {file, info, bytes_of(*file, *info)};
+  };
+  const CheckpointQuantization checkpoint_quant = parse_checkpoint_quantization(
+      read_config_json(model_dir / "config.json"), (model_dir / "config.json").string());
 
   check_layer_count(cfg, sharded ? weight_map.size() : impl->files.front()->tensors().size(),
                     model_dir / "config.json", sharded ? index_path : single);
   const std::vector<WeightSource> expected = expected_weights(cfg);
-  // Each file tensor's data as the plugin will see it (fused tensors are
-  // shared by several weights: checked and copied once).
-  std::map<const TensorInfo*, const std::byte*> resolved;
   for (const WeightSource& w : expected) {
+    if (load_quantized_projection(checkpoint_quant, w, lookup, impl->store)) continue;
     const SafetensorsFile& file = file_for(w);
     const std::string fname = file.path().string();
     const TensorInfo* info = file.find(w.hf_name);
@@ -246,9 +278,7 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
       throw Error(fmt::format("{}: tensor '{}' has shape {}, expected {} (for {})", fname, w.hf_name,
                               shape_str(info->shape), shape_str(w.hf_shape), w.canonical));
 
-    auto [it, fresh] = resolved.emplace(info, nullptr);
-    if (fresh) it->second = tensor_bytes(file, *info, impl->store);
-    impl->store.add(w.canonical, view_of(w, *info, it->second));
+    impl->store.add(w.canonical, view_of(w, *info, bytes_of(file, *info)));
   }
   spdlog::debug("{}: {} weights, {} bytes from {} file(s)", model_dir.string(), impl->store.plain().size(),
                 impl->store.bytes(), impl->files.size());

@@ -7,6 +7,8 @@
 //   prepare_args.spec = &model.config().spec;
 //   prepare_args.weights = model.weights().data();
 //   prepare_args.num_weights = model.weights().size();
+#include <halo/device_abi.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -14,8 +16,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <halo/device_abi.h>
 
 #include "model/hf_config.h"
 #include "model/weight_store.h"

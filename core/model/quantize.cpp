@@ -43,11 +43,12 @@ void quantize_int8(WeightStore& store, const std::string& name, const DLTensor& 
     const float scale = amax / 127.f;
     const float inv = scale > 0.f ? 1.f / scale : 0.f;
     for (int64_t c = 0; c < cols; ++c)
-      q[r * cols + c] = static_cast<int8_t>(std::clamp(std::nearbyint(row[static_cast<size_t>(c)] * inv), -127.f, 127.f));
+      q[r * cols + c] = static_cast<int8_t>(
+          std::clamp(std::nearbyint(row[static_cast<size_t>(c)] * inv), -127.f, 127.f));
     s[r] = scale;
   }
-  store.add_quantized(name, QuantizedView{HALO_QUANT_INT8, static_cast<int32_t>(cols), rows, cols, q, s,
-                                          nullptr, DLDataType{kDLFloat, 32, 1}});
+  store.add_quantized(name, QuantizedView{HALO_QUANT_INT8, static_cast<int32_t>(cols), rows, cols,
+                                          q, s, nullptr, DLDataType{kDLFloat, 32, 1}});
 }
 
 // uint4, per group of g inputs an fp16 scale and offset spanning [min, max]:
@@ -55,8 +56,10 @@ void quantize_int8(WeightStore& store, const std::string& name, const DLTensor& 
 void quantize_int4(WeightStore& store, const std::string& name, const DLTensor& t, int64_t g) {
   const int64_t rows = t.shape[0], cols = t.shape[1], groups = cols / g;
   auto* q = reinterpret_cast<uint8_t*>(store.allocate(static_cast<size_t>(rows * cols / 2), name));
-  auto* s = reinterpret_cast<uint16_t*>(store.allocate(static_cast<size_t>(rows * groups) * 2, name));
-  auto* o = reinterpret_cast<uint16_t*>(store.allocate(static_cast<size_t>(rows * groups) * 2, name));
+  auto* s =
+      reinterpret_cast<uint16_t*>(store.allocate(static_cast<size_t>(rows * groups) * 2, name));
+  auto* o =
+      reinterpret_cast<uint16_t*>(store.allocate(static_cast<size_t>(rows * groups) * 2, name));
   std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     read_row(t, r, cols, row.data());
@@ -69,22 +72,24 @@ void quantize_int4(WeightStore& store, const std::string& name, const DLTensor& 
       s[r * groups + b] = s16;
       o[r * groups + b] = o16;
       for (int64_t i = 0; i < g; ++i) {
-        const auto v = static_cast<uint8_t>(std::clamp(std::nearbyint((w[i] - off) * inv), 0.f, 15.f));
+        const auto v =
+            static_cast<uint8_t>(std::clamp(std::nearbyint((w[i] - off) * inv), 0.f, 15.f));
         const int64_t e = r * cols + b * g + i;  // element index: byte e/2, low nibble when even
         q[e / 2] = static_cast<uint8_t>(q[e / 2] | (e % 2 ? v << 4 : v));
       }
     }
   }
-  store.add_quantized(name, QuantizedView{HALO_QUANT_UINT4, static_cast<int32_t>(g), rows, cols, q, s, o,
-                                          DLDataType{kDLFloat, 16, 1}});
+  store.add_quantized(name, QuantizedView{HALO_QUANT_UINT4, static_cast<int32_t>(g), rows, cols, q,
+                                          s, o, DLDataType{kDLFloat, 16, 1}});
 }
 
 int64_t group_for(const QuantizationOptions& o, int64_t cols, const std::string& name) {
   const int64_t g = o.group_size > 0 ? o.group_size : (o.method == "int8" ? cols : 32);
   if (g % 16 != 0 || cols % g != 0)
-    throw Error(fmt::format("--quantization {} with group size {}: weight '{}' has {} input columns; the group "
-                            "size must be a multiple of 16 that divides them",
-                            o.method, g, name, cols));
+    throw Error(fmt::format(
+        "--quantization {} with group size {}: weight '{}' has {} input columns; the group "
+        "size must be a multiple of 16 that divides them",
+        o.method, g, name, cols));
   if (o.method == "int8" && g != cols)
     throw Error("--quantization int8 is per output channel; group sizes are for int4");
   return g;
@@ -92,19 +97,23 @@ int64_t group_for(const QuantizationOptions& o, int64_t cols, const std::string&
 
 }  // namespace
 
-void quantize_weights(WeightStore& store, halo_model_spec& spec, const QuantizationOptions& options) {
+void quantize_weights(WeightStore& store, halo_model_spec& spec,
+                      const QuantizationOptions& options) {
   if (options.method == "none" || options.method.empty()) return;
   if (options.method != "int8" && options.method != "int4")
     throw Error(fmt::format("--quantization {}: unknown method; choose one of {}", options.method,
                             quantization_methods()));
   if (!store.quantized().empty())
-    throw Error(fmt::format("--quantization {}: the model's weights are already quantized ({} tensors)",
-                            options.method, store.quantized().size()));
-  if (spec.flags & HALO_MODEL_TIED_EMBEDDINGS) {  // lm_head gets its own (quantized) copy of embed_tokens
+    throw Error(
+        fmt::format("--quantization {}: the model's weights are already quantized ({} tensors)",
+                    options.method, store.quantized().size()));
+  if (spec.flags &
+      HALO_MODEL_TIED_EMBEDDINGS) {  // lm_head gets its own (quantized) copy of embed_tokens
     const DLTensor* e = store.find(HALO_WEIGHT_EMBED_TOKENS);
-    if (e == nullptr) throw Error("--quantization: the model has no embed_tokens to untie lm_head from");
-    store.add(HALO_WEIGHT_LM_HEAD,
-              TensorView{e->data, e->byte_offset, e->dtype, std::vector<int64_t>(e->shape, e->shape + 2)});
+    if (e == nullptr)
+      throw Error("--quantization: the model has no embed_tokens to untie lm_head from");
+    store.add(HALO_WEIGHT_LM_HEAD, TensorView{e->data, e->byte_offset, e->dtype,
+                                              std::vector<int64_t>(e->shape, e->shape + 2)});
     spec.flags &= ~HALO_MODEL_TIED_EMBEDDINGS;
   }
   std::vector<std::string> names;
@@ -118,16 +127,17 @@ void quantize_weights(WeightStore& store, halo_model_spec& spec, const Quantizat
     else
       quantize_int4(store, name, t, g);
   }
-  spdlog::info("quantized {} projection matrices to {} at load ({} MB of weights now)", names.size(),
-               options.method, store.bytes() / 1000000);
+  spdlog::info("quantized {} projection matrices to {} at load ({} MB of weights now)",
+               names.size(), options.method, store.bytes() / 1000000);
 }
 
 void quantize_model(LoadedModel& model, const QuantizationOptions& options) {
   if (options.method == "none" || options.method.empty()) return;
   if (model.is_compiled())
-    throw Error(fmt::format("--quantization {}: a compiled model directory is quantized when it is compiled "
-                            "(halo compile --quantization)",
-                            options.method));
+    throw Error(fmt::format(
+        "--quantization {}: a compiled model directory is quantized when it is compiled "
+        "(halo compile --quantization)",
+        options.method));
   quantize_weights(model.mutable_store(), model.mutable_config().spec, options);
 }
 

@@ -26,7 +26,8 @@ void quantize_model(LoadedModel& model, const QuantizationOptions& options);
 
 // The same on a bare store and spec (a generated model, halo bench latency);
 // the spec loses HALO_MODEL_TIED_EMBEDDINGS when lm_head is untied.
-void quantize_weights(WeightStore& store, halo_model_spec& spec, const QuantizationOptions& options);
+void quantize_weights(WeightStore& store, halo_model_spec& spec,
+                      const QuantizationOptions& options);
 
 // The methods, for help texts and messages.
 std::string_view quantization_methods();

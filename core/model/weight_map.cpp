@@ -72,8 +72,9 @@ bool is_projection_weight(std::string_view canonical) {
   if (canonical == HALO_WEIGHT_LM_HEAD) return true;
   if (!canonical.starts_with(HALO_WEIGHT_LAYER_PREFIX)) return false;
   const std::string_view suffix = canonical.substr(canonical.rfind('.') + 1);
-  for (std::string_view p : {HALO_WEIGHT_Q_PROJ, HALO_WEIGHT_K_PROJ, HALO_WEIGHT_V_PROJ, HALO_WEIGHT_O_PROJ,
-                             HALO_WEIGHT_GATE_PROJ, HALO_WEIGHT_UP_PROJ, HALO_WEIGHT_DOWN_PROJ})
+  for (std::string_view p :
+       {HALO_WEIGHT_Q_PROJ, HALO_WEIGHT_K_PROJ, HALO_WEIGHT_V_PROJ, HALO_WEIGHT_O_PROJ,
+        HALO_WEIGHT_GATE_PROJ, HALO_WEIGHT_UP_PROJ, HALO_WEIGHT_DOWN_PROJ})
     if (suffix == p) return true;
   return false;
 }

@@ -264,7 +264,8 @@ size_t load_models(const std::vector<ModelSettings>& models, ServingCore& core,
                    human_bytes(need.weights), human_bytes(need.kv), need.kv_source,
                    human_bytes(free_bytes), key);
 
-      auto loaded = std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir, engine::load_options(ec)));
+      auto loaded = std::make_shared<model::LoadedModel>(
+          model::LoadedModel::load(dir, engine::load_options(ec)));
       auto tokenizer = text::Tokenizer::from_model_dir(tokenizer_dir);
       auto tpl = chat_template(options.chat_template, tokenizer_dir);
       auto eng = std::make_shared<engine::AsyncEngine>(ec, loaded, std::move(tokenizer));

@@ -90,11 +90,32 @@ uint64_t parse_bytes(const std::string& text) {
 }
 
 const std::vector<std::string>& setting_keys() {
-  static const std::vector<std::string> keys = {
-      "model", "served-model-name", "tokenizer", "revision", "download-dir", "hf-token", "compiled-model-dir", "device", "device-index", "dtype", "tensor-parallel-size",
-      "max-num-seqs", "max-model-len", "max-num-batched-tokens", "block-size", "kv-cache-memory",
-      "device-memory-utilization", "max-kv-tokens", "enable-chunked-prefill", "enable-prefix-caching", "seed",
-      "threads", "kv-cache-dtype", "quantization", "quantization-group-size", "rolling-batch"};
+  static const std::vector<std::string> keys = {"model",
+                                                "served-model-name",
+                                                "tokenizer",
+                                                "revision",
+                                                "download-dir",
+                                                "hf-token",
+                                                "compiled-model-dir",
+                                                "device",
+                                                "device-index",
+                                                "dtype",
+                                                "tensor-parallel-size",
+                                                "max-num-seqs",
+                                                "max-model-len",
+                                                "max-num-batched-tokens",
+                                                "block-size",
+                                                "kv-cache-memory",
+                                                "device-memory-utilization",
+                                                "max-kv-tokens",
+                                                "enable-chunked-prefill",
+                                                "enable-prefix-caching",
+                                                "seed",
+                                                "threads",
+                                                "kv-cache-dtype",
+                                                "quantization",
+                                                "quantization-group-size",
+                                                "rolling-batch"};
   return keys;
 }
 
@@ -175,8 +196,10 @@ void apply_setting(ModelSettings& m, const Setting& s) {
   } else if (key == "quantization") {
     const std::string q = lower(v);
     if (q != "none" && q != "int8" && q != "int4")
-      bad(s, "expected none, int8 or int4 (quantization at load; pre-quantized GGUF, GPTQ and compressed-tensors "
-             "checkpoints are recognized from their files)");
+      bad(s,
+          "expected none, int8 or int4 (quantization at load; pre-quantized GGUF, GPTQ and "
+          "compressed-tensors "
+          "checkpoints are recognized from their files)");
     e.quantization = q;
   } else if (key == "quantization-group-size") {
     e.quantization_group_size = static_cast<int>(to_int(s, 0, 1 << 20));
@@ -325,7 +348,8 @@ std::string describe(const ModelSettings& s) {
   row("threads", std::to_string(e.threads));
   row("kv-cache-dtype", e.kv_cache_dtype);
   row("quantization", e.quantization);
-  row("quantization-group-size", e.quantization_group_size ? std::to_string(e.quantization_group_size) : "default");
+  row("quantization-group-size",
+      e.quantization_group_size ? std::to_string(e.quantization_group_size) : "default");
   row("rolling-batch", s.rolling_batch);
   return out;
 }

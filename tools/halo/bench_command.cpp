@@ -209,7 +209,8 @@ void print_report(const nlohmann::ordered_json& j) {
 
 void run_throughput(const BenchOptions& o) {
   const fs::path dir = resolve_model_dir(o.model_dir, o.source);
-  auto model = std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir, engine::load_options(o.engine)));
+  auto model = std::make_shared<model::LoadedModel>(
+      model::LoadedModel::load(dir, engine::load_options(o.engine)));
   const auto& spec = model->config().spec;
   std::vector<WorkItem> items;
   if (!o.dataset.empty()) {

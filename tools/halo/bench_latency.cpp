@@ -300,7 +300,8 @@ void quantize_generated(BenchModel& bm, const engine::EngineConfig& e) {
   q->generated = bm.keepalive;
   for (const halo_named_tensor& w : bm.weights)
     q->store.add(w.name, model::TensorView{w.tensor->data, w.tensor->byte_offset, w.tensor->dtype,
-                                           std::vector<int64_t>(w.tensor->shape, w.tensor->shape + w.tensor->ndim)});
+                                           std::vector<int64_t>(w.tensor->shape,
+                                                                w.tensor->shape + w.tensor->ndim)});
   model::quantize_weights(q->store, bm.spec, {e.quantization, e.quantization_group_size});
   bm.weights.assign(q->store.plain().begin(), q->store.plain().end());
   bm.quantized.assign(q->store.quantized().begin(), q->store.quantized().end());
@@ -318,7 +319,8 @@ BenchModel make_model(const LatencyOptions& o, int threads) {
           "--hidden/--layers/--heads/--kv-heads/--intermediate/--vocab/--dtype shape a generated "
           "model "
           "(--preset), not --model");
-    auto model = std::make_shared<model::LoadedModel>(model::LoadedModel::load(o.model_dir, engine::load_options(o.engine)));
+    auto model = std::make_shared<model::LoadedModel>(
+        model::LoadedModel::load(o.model_dir, engine::load_options(o.engine)));
     bm.spec = model->config().spec;
     bm.weights.assign(model->weights().begin(), model->weights().end());
     bm.quantized.assign(model->quantized_weights().begin(), model->quantized_weights().end());
@@ -966,7 +968,8 @@ void run_latency(const LatencyOptions& o) {
   fallback.max_num_batched_tokens = std::max({2048, o.input_len, max_batch});
   halo_limits lim = engine::propose_limits(e, *plugin, fallback);
   const auto tp = clock_type::now();
-  auto exe = std::make_shared<device::Executable>(dev, spec, bm.weights, lim, options, bm.quantized);
+  auto exe =
+      std::make_shared<device::Executable>(dev, spec, bm.weights, lim, options, bm.quantized);
   const double prepare_s = std::chrono::duration<double>(clock_type::now() - tp).count();
   lim = exe->limits();
   engine::check_agreed_limits(e, lim, *plugin);

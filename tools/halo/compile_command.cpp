@@ -43,7 +43,8 @@ std::string gib(uint64_t b) { return fmt::format("{:.3f} GiB", double(b) / doubl
 
 void run_compile(const CompileOptions& o) {
   const fs::path dir = model::resolve_model(o.model_dir, o.hub);
-  auto model = model::LoadedModel::load(dir, model::LoadOptions{o.quantization, o.quantization_group_size});
+  auto model =
+      model::LoadedModel::load(dir, model::LoadOptions{o.quantization, o.quantization_group_size});
   if (model.is_compiled())
     throw Error(fmt::format("{} is already a compiled model (for device '{}'); compile the Hugging Face model directory",
                             dir.string(), model.config().compiled_target()));
@@ -54,7 +55,8 @@ void run_compile(const CompileOptions& o) {
   if (!plugin->has_compile())
     throw Error(fmt::format("device '{}' does not compile ahead of time ({}); run the model directory directly",
                             plugin->name(), plugin->version_string()));
-  device::check_quantized_supported(*plugin, plugin->device_info(o.device_index), model.quantized_weights());
+  device::check_quantized_supported(*plugin, plugin->device_info(o.device_index),
+                                    model.quantized_weights());
 
   device::Options opts = {{"batch_size", std::to_string(o.batch_size)},
                           {"tensor_parallel_size", std::to_string(o.tensor_parallel_size)},
@@ -146,7 +148,8 @@ void add_compile_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "bf16", "fp16"}))
       ->capture_default_str();
   cmd->add_option("--quantization,-q", o->quantization,
-                  "Quantize the weights before compiling: none, int8 (per output channel) or int4 (the device must "
+                  "Quantize the weights before compiling: none, int8 (per output channel) or int4 "
+                  "(the device must "
                   "accept the type)")
       ->check(CLI::IsMember({"none", "int8", "int4"}))
       ->capture_default_str();

@@ -48,7 +48,8 @@ void add_engine_options(CLI::App& cmd, engine::EngineConfig& c) {
       ->capture_default_str();
   cmd.add_option("--quantization,-q", c.quantization,
                  "Quantize the weights at load: none, int8 (per output channel) or int4 (groups of "
-                 "--quantization-group-size inputs, default 32); pre-quantized files (GGUF) load as they are")
+                 "--quantization-group-size inputs, default 32); pre-quantized files (GGUF) load "
+                 "as they are")
       ->capture_default_str();
   cmd.add_option("--quantization-group-size", c.quantization_group_size,
                  "Inputs sharing one scale for --quantization int4 (a multiple of 16; 0: 32)");

@@ -219,7 +219,8 @@ void run_generate(const GenerateOptions& o) {
   const fs::path dir = resolve_model_dir(o.model_dir, o.source);
   const fs::path tokenizer_dir = resolve_tokenizer_dir(dir, o.source);
   auto t0 = std::chrono::steady_clock::now();
-  auto model = std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir, engine::load_options(o.engine)));
+  auto model = std::make_shared<model::LoadedModel>(
+      model::LoadedModel::load(dir, engine::load_options(o.engine)));
   auto tokenizer = text::Tokenizer::from_model_dir(tokenizer_dir);
   spdlog::info("model {} ({}, {} layers, {:.1f} MB of weights) loaded in {:.2f} s", dir.string(),
                model->config().architecture(), model->config().spec.num_layers, model->weight_bytes() / 1e6,
