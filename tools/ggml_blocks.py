@@ -17,12 +17,15 @@ CLI:
 All multi-byte fields are little-endian. Layouts (bytes, in order):
 
   Q8_0  32 elements, 34 bytes: d fp16 | qs int8[32]
-        x[i] = d * qs[i]; quantized with d = max|x| / 127, qs = round(x / d).
+        x[i] = d * qs[i]; quantized with d = max|x| / 127, qs = round(x / d)
+        (with d as stored, in fp16, so |error| <= max|x| / 254 up to fp16 rounding).
   Q4_0  32 elements, 18 bytes: d fp16 | qs uint8[16]
         byte j holds element j in its low nibble and element j + 16 in its
         high nibble; x = d * (nibble - 8). Quantized with m = the element of
         largest magnitude (with its sign), d = m / -8,
-        nibble = clamp(round(x / d) + 8, 0, 15).
+        nibble = clamp(round(x / d) + 8, 0, 15) (d as stored, in fp16). The
+        error is at most d / 2 = max|x| / 16, except max|x| / 8 for a value
+        of the opposite sign near -m (clamped to 15).
   Q4_K  256 elements (8 sub-blocks of 32), 144 bytes:
         d fp16 | dmin fp16 | scales uint8[12] | qs uint8[128]
         scales packs a 6-bit scale sc[j] and a 6-bit min m[j] per sub-block:
@@ -88,7 +91,7 @@ def _round_half_away(x):
 def quantize_q8_0(x):
     x = np.asarray(x, dtype=np.float32).reshape(-1, 32)
     amax = np.abs(x).max(axis=1)
-    d = amax / 127.0
+    d = (amax / 127.0).astype(np.float16).astype(np.float32)  # quantize with the stored (fp16) scale
     inv = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
     q = np.clip(_round_half_away(x * inv[:, None]), -127, 127).astype(np.int8)
     out = np.empty((x.shape[0], 34), dtype=np.uint8)
@@ -101,7 +104,7 @@ def quantize_q4_0(x):
     x = np.asarray(x, dtype=np.float32).reshape(-1, 32)
     idx = np.abs(x).argmax(axis=1)
     m = x[np.arange(x.shape[0]), idx]
-    d = m / -8.0
+    d = (m / -8.0).astype(np.float16).astype(np.float32)
     inv = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
     q = np.clip(np.floor(x * inv[:, None] + 8.5), 0, 15).astype(np.uint8)
     out = np.empty((x.shape[0], 18), dtype=np.uint8)

@@ -16,7 +16,9 @@ Tokenizer::from_json.
 Written from the GGUF format description and llama.cpp's naming conventions
 (numpy + the standard library; no llama.cpp code). Architectures:
 LlamaForCausalLM / MistralForCausalLM -> "llama", Qwen2ForCausalLM -> "qwen2",
-Qwen3ForCausalLM -> "qwen3".
+Qwen3ForCausalLM -> "qwen3", Phi3ForCausalLM -> "phi3" (fused attn_qkv and
+ffn_up = gate rows then up rows, as in the Hugging Face checkpoint; no
+rope_scaling). A config with rope_scaling is refused.
 
 Weights: 1-D tensors (norms, biases) are always F32; 2-D tensors get
 --outtype, except that a tensor whose rows are not a multiple of 32 long is
@@ -79,6 +81,7 @@ ARCHES = {
     "MistralForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Phi3ForCausalLM": "phi3",
 }
 
 # Split regexes of the byte-level BPE families -> tokenizer.ggml.pre
@@ -349,6 +352,10 @@ def model_metadata(config, arch):
         md[f"{arch}.attention.value_length"] = head_dim
     if config.get("vocab_size"):
         md[f"{arch}.vocab_size"] = config["vocab_size"]
+    if config.get("rope_scaling"):
+        raise ConvertError(f"rope_scaling {config['rope_scaling']} is not supported")
+    if arch == "phi3" and config.get("sliding_window"):
+        md["phi3.attention.sliding_window"] = config["sliding_window"]
     return md
 
 
@@ -363,6 +370,8 @@ def model_tensors(weights, config, arch):
         "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
         "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
         "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+        # phi3: fused q/k/v rows (q, then k, then v) and fused gate/up rows (gate, then up)
+        "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
     }
     for n in range(config["num_hidden_layers"]):
         for hf, gg in names.items():
