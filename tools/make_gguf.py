@@ -7,7 +7,8 @@
 
 MODEL_DIR holds config.json, model.safetensors (or model-*.safetensors
 shards), tokenizer.json and tokenizer_config.json. --vocab-only writes only
-the tokenizer metadata (no tensors; TOKENIZER_DIR needs no config.json);
+the tokenizer metadata and placeholder "llama" hyperparameters (no tensors;
+TOKENIZER_DIR needs no config.json), as llama.cpp's vocabulary-only files;
 OUT.gguf may then be "-" to write no GGUF at all, for --metadata-json alone.
 --metadata-json writes the GGUF metadata as one JSON object keyed by the GGUF
 keys (arrays as JSON arrays), which is what halo's GGUF reader hands to
@@ -496,8 +497,12 @@ def convert(model_dir, out, outtype="f16", vocab_only=False, metadata_json=None)
             tn = tensor_type(t, OUTTYPES[outtype][0])
             tensors.append((name, tn, list(t.shape), ggml_blocks.quantize(tn, t.reshape(-1))))
     else:
-        md["general.architecture"] = "llama"
+        # llama.cpp reads the hyperparameters even of a vocabulary-only file:
+        # placeholders of a one-layer "llama".
+        md.update(model_metadata({"hidden_size": 64, "num_attention_heads": 1, "num_hidden_layers": 1,
+                                  "intermediate_size": 64, "max_position_embeddings": 4096}, "llama"))
         md["general.name"] = os.path.basename(os.path.normpath(model_dir))
+        md["general.file_type"] = OUTTYPES["f32"][1]
     md.update(tokenizer_metadata(model_dir, config))
     if out != "-":
         write_gguf(out, md, tensors)

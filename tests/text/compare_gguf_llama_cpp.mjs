@@ -5,13 +5,16 @@
 //   node compare_gguf_llama_cpp.mjs --dump PATH/TO/tokenize_dump --python /usr/bin/python3
 //        --root HALO_SOURCE_DIR --work DIR [--corpus FILE.jsonl]
 //
-// 1. models/pkgchat-5m is written to GGUF (f32) by make_gguf.py, with its
-//    metadata as JSON; halo's tokenizer built from that metadata
+// 1. models/pkgchat-5m is written to GGUF (f32) by make_gguf.py, and the
+//    tokenizers of tests/data/tokenizers (llama2, mistral, llama3, qwen3) to
+//    vocabulary-only GGUFs, each with its metadata as JSON; halo's tokenizer
+//    built from that metadata
 //    (tokenize_dump --gguf-metadata) must give the same ids as llama.cpp's
 //    tokenizer (model.tokenize(text, true): special tokens recognized, no
-//    BOS) for every corpus line, and llama.cpp's detokenize of those ids with
-//    BOS, special tokens rendered or not, must give what halo's decode gives
-//    (skip_special_tokens false / true).
+//    BOS) for every corpus line, and llama.cpp's detokenize must give what
+//    halo's decode gives (special tokens rendered / skipped). Known llama.cpp
+//    departures from the Hugging Face tokenizers are handled below (NFC,
+//    FORCED_CONTROL).
 // 2. llama.cpp's greedy tokens for a chat prompt on that GGUF (and on GGUFs of
 //    small random qwen3 and untied llama models) must equal those of the
 //    independent numpy reference tests/reference/forward.py on the original
@@ -69,47 +72,90 @@ let checks = 0;
 // ---------------------------------------------------------------- 1. tokenizer
 const pk = path.join(root, "models", "pkgchat-5m");
 const pkGguf = path.join(work, "pkgchat-5m.f32.gguf");
-const pkMeta = path.join(work, "pkgchat-5m.metadata.json");
-run(python, [path.join(root, "tools", "make_gguf.py"), pk, pkGguf, "--outtype", "f32", "--metadata-json", pkMeta]);
-const dumped = run(dump, ["--gguf-metadata", pkMeta, corpusPath])
-  .split("\n")
-  .filter((l) => l.length > 0)
-  .map((l) => JSON.parse(l));
-const model = await llama.loadModel({ modelPath: pkGguf });
-for (let i = 0; i < texts.length; ++i) {
-  const text = texts[i];
-  const ref = Array.from(model.tokenize(text, true));
-  const halo = dumped[i].ids_plain;
-  ++checks;
-  if (!same(ref, halo)) {
-    ++failures;
-    console.log(`tokenize mismatch on ${JSON.stringify(text)}\n  llama.cpp ${JSON.stringify(ref)}\n  halo      ${JSON.stringify(halo)}`);
-    continue;
-  }
-  // with BOS (what halo's encode(text, true) adds), rendered and skipped
-  const ids = dumped[i].ids;
-  ++checks;
-  if (!same(ids, [model.tokens.bos, ...ref])) {
-    ++failures;
-    console.log(`BOS mismatch on ${JSON.stringify(text)}: halo ${JSON.stringify(ids.slice(0, 3))}`);
-    continue;
-  }
-  for (const [special, want] of [
-    [true, dumped[i].decoded_raw],
-    [false, dumped[i].decoded],
-  ]) {
-    const back = model.detokenize(ids, special);
+const tokenizers = [
+  ["pkgchat-5m", pk, false],
+  ...["llama2", "mistral", "llama3", "qwen3"].map((n) => [n, path.join(root, "tests", "data", "tokenizers", n), true]),
+];
+// Where llama.cpp knowingly differs from the Hugging Face tokenizer that halo
+// follows: Qwen's tokenizer.json normalizes to NFC and llama.cpp does not (so
+// llama.cpp gets the NFC text), and llama.cpp turns a few end-of-generation
+// strings into control tokens even where the vocabulary has them as normal
+// tokens ("</s>" in Qwen's), so lines containing them are not compared.
+const NFC = new Set(["qwen3"]);
+const FORCED_CONTROL = { qwen3: ["</s>"] };
+for (const [name, dir, vocabOnly] of tokenizers) {
+  const gguf = vocabOnly ? path.join(work, `${name}.vocab.gguf`) : pkGguf;
+  const meta = path.join(work, `${name}.metadata.json`);
+  run(python, [
+    path.join(root, "tools", "make_gguf.py"),
+    ...(vocabOnly ? ["--vocab-only"] : []),
+    dir,
+    gguf,
+    "--outtype",
+    "f32",
+    "--metadata-json",
+    meta,
+  ]);
+  const dumped = run(dump, ["--gguf-metadata", meta, corpusPath])
+    .split("\n")
+    .filter((l) => l.length > 0)
+    .map((l) => JSON.parse(l));
+  const model = await llama.loadModel({ modelPath: gguf, vocabOnly });
+  const bos = model.tokens.bos;
+  let bad = 0;
+  let skipped = 0;
+  for (let i = 0; i < texts.length; ++i) {
+    const text = texts[i];
+    if ((FORCED_CONTROL[name] ?? []).some((t) => text.includes(t))) {
+      ++skipped;
+      continue;
+    }
+    const ref = Array.from(model.tokenize(NFC.has(name) ? text.normalize("NFC") : text, true));
+    const halo = dumped[i].ids_plain;
     ++checks;
-    if (back !== want) {
-      ++failures;
+    if (!same(ref, halo)) {
+      ++bad;
       console.log(
-        `detokenize(specialTokens ${special}) mismatch on ${JSON.stringify(text)}\n  llama.cpp ${JSON.stringify(back)}\n  halo      ${JSON.stringify(want)}`,
+        `${name}: tokenize mismatch on ${JSON.stringify(text)}\n  llama.cpp ${JSON.stringify(ref)}\n  halo      ${JSON.stringify(halo)}`,
       );
+      continue;
+    }
+    // with BOS when the tokenizer adds it (halo's encode(text, true))
+    const ids = dumped[i].ids;
+    const withBos = ids.length > ref.length ? [bos, ...ref] : ref;
+    ++checks;
+    if (!same(ids, withBos)) {
+      ++bad;
+      console.log(`${name}: BOS mismatch on ${JSON.stringify(text)}: halo ${JSON.stringify(ids.slice(0, 3))}`);
+      continue;
+    }
+    // detokenize: special tokens rendered (with BOS) and left out (without
+    // the leading special tokens: llama.cpp drops the space prefix from the
+    // very first token even when that is a special token it leaves out)
+    let lead = 0;
+    while (lead < ref.length && model.isSpecialToken(ref[lead])) ++lead;
+    for (const [toks, special, want] of [
+      [ids, true, dumped[i].decoded_raw],
+      [ref.slice(lead), false, dumped[i].decoded_plain],
+    ]) {
+      const back = model.detokenize(toks, special);
+      ++checks;
+      if (back !== want) {
+        ++bad;
+        console.log(
+          `${name}: detokenize(specialTokens ${special}) mismatch on ${JSON.stringify(text)}\n  llama.cpp ${JSON.stringify(back)}\n  halo      ${JSON.stringify(want)}`,
+        );
+      }
     }
   }
+  failures += bad;
+  console.log(
+    `tokenizer ${name}: ${texts.length - skipped} corpus lines compared with llama.cpp` +
+      (skipped ? ` (${skipped} left out: ${FORCED_CONTROL[name].join(" ")})` : "") +
+      `, ${bad} mismatches`,
+  );
+  await model.dispose();
 }
-console.log(`tokenizer: ${texts.length} corpus lines compared with llama.cpp`);
-await model.dispose();
 
 // ---------------------------------------------------------------- 2. greedy tokens
 async function greedy(gguf, promptIds, steps) {

@@ -4,7 +4,8 @@
 //   tools/make_gguf.py --metadata-json)
 // For each input line ({"text": ...} or a JSON string) writes one JSON line:
 //   {"ids": encode(text, true), "ids_plain": encode(text, false),
-//    "decoded": decode(ids, true), "decoded_raw": decode(ids, false)}
+//    "decoded": decode(ids, true), "decoded_raw": decode(ids, false),
+//    "decoded_plain": decode(ids_plain, true)}
 // and prints the total encode time to stderr.
 #include <chrono>
 #include <fstream>
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
       j["ids_plain"] = plain[i];
       j["decoded"] = tok.decode(ids[i], true);
       j["decoded_raw"] = tok.decode(ids[i], false);
+      j["decoded_plain"] = tok.decode(plain[i], true);
       out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     }
     using ms = std::chrono::duration<double, std::milli>;

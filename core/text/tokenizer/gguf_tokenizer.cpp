@@ -28,7 +28,8 @@ const std::string kSpace = "\u2581";
 struct PreInfo {
   const char* regex;
   bool ignore_merges;
-  bool nfc;  // Qwen's tokenizer.json normalizes to NFC first
+  bool nfc;       // Qwen's tokenizer.json normalizes to NFC first
+  bool clean_up;  // clean_up_tokenization_spaces (Llama 3's tokenizer_config; llama.cpp too)
 };
 const char* const kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
@@ -36,10 +37,10 @@ const char* const kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const std::vector<std::pair<std::string, PreInfo>>& known_pres() {
   static const std::vector<std::pair<std::string, PreInfo>> k = {
-      {"llama-bpe", {kLlama3Regex, true, false}},
-      {"llama3", {kLlama3Regex, true, false}},
-      {"llama-v3", {kLlama3Regex, true, false}},
-      {"qwen2", {kQwen2Regex, false, true}},
+      {"llama-bpe", {kLlama3Regex, true, false, true}},
+      {"llama3", {kLlama3Regex, true, false, true}},
+      {"llama-v3", {kLlama3Regex, true, false, true}},
+      {"qwen2", {kQwen2Regex, false, true, false}},
   };
   return k;
 }
@@ -343,7 +344,13 @@ json tokenizer_config_from_gguf(const json& md) {
   token("tokenizer.ggml.padding_token_id", "pad_token");
   c["add_bos_token"] = s.add_bos;
   c["add_eos_token"] = s.add_eos;
-  c["clean_up_tokenization_spaces"] = false;
+  bool clean_up = false;
+  if (model == "gpt2") {
+    const std::string pre = get_string(md, "tokenizer.ggml.pre");
+    for (const auto& [name, info] : known_pres())
+      if (name == pre) clean_up = info.clean_up;
+  }
+  c["clean_up_tokenization_spaces"] = clean_up;
   if (const json* t = find(md, "tokenizer.chat_template")) {
     if (!t->is_string())
       throw Error(fmt::format("{}: 'tokenizer.chat_template' is not a string", kWhat));

@@ -109,7 +109,9 @@ class Tokenizer {
 // tokens, wrong types, lengths that disagree, an unknown model or pre).
 nlohmann::json tokenizer_json_from_gguf(const nlohmann::json& metadata);
 // The tokenizer_config.json part: bos_token, eos_token, unk_token, pad_token
-// (token strings), add_bos_token, add_eos_token, chat_template.
+// (token strings), add_bos_token, add_eos_token, chat_template, and
+// clean_up_tokenization_spaces (true for "llama-bpe", as Llama 3's config and
+// llama.cpp have it).
 nlohmann::json tokenizer_config_from_gguf(const nlohmann::json& metadata);
 
 }  // namespace halo::text
