@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Tests of tools/make_gguf.py and tools/ggml_blocks.py.
 
-    /usr/bin/python3 tests/tools/test_make_gguf.py [--root HALO_SOURCE_DIR]
+    /usr/bin/python3 tests/tools/make_gguf_test.py [--root HALO_SOURCE_DIR]
 
 Writes models/pkgchat-5m and small random models (tools/make_test_model.py:
 llama untied with a row length that is not a multiple of 32, qwen2 with
