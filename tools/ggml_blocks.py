@@ -14,6 +14,10 @@ CLI:
         the other way (TYPE q8_0, q4_0, f16, bf16, f32); the element count
         must be a multiple of the block size.
 
+Quantization here divides by the scale as stored (fp16); ggml's own reference
+quantizer divides by the float32 scale, so a value that lies almost exactly
+between two steps may land one step apart. Dequantization is exact either way.
+
 All multi-byte fields are little-endian. Layouts (bytes, in order):
 
   Q8_0  32 elements, 34 bytes: d fp16 | qs int8[32]
