@@ -82,7 +82,7 @@ run_asan() {
   exclude="^($onednn"
   # --quick: also the slowest tests under ASan (numeric model references,
   # full-size conformance goldens); they run in the full mode.
-  ((quick)) && exclude+='|Reference\.|reference_forward|conformance_cpu_bf16$|text_compare_tokenizers_with_hf$'
+  ((quick)) && exclude+='|Reference\.|reference_forward|conformance_cpu_bf16$|text_compare_tokenizers_with_hf$|text_compare_gguf_with_llama_cpp$|tools_make_gguf$'
   exclude+=')'
   ( asan_env; ctest --test-dir "$b" --output-on-failure --timeout 1200 -E "$exclude" ) || ok=0
   ( asan_env; export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"

@@ -46,8 +46,11 @@ fi
 
 if [[ "${1:-}" == "--test" ]]; then
   here=$(cd "$(dirname "$0")/.." && pwd)
-  if [[ ! -d "$here/tests/js/node_modules/@huggingface/tokenizers" || ! -d "$here/tests/js/node_modules/openai" ]]; then
+  if [[ ! -d "$here/tests/js/node_modules/@huggingface/tokenizers" || ! -d "$here/tests/js/node_modules/openai" ||
+        ! -d "$here/tests/js/node_modules/node-llama-cpp" ]]; then
     echo "install-deps: npm ci in tests/js"
-    (cd "$here/tests/js" && npm ci --no-audit --no-fund --loglevel=error)
+    # node-llama-cpp: its prebuilt llama.cpp binaries come as npm packages;
+    # its postinstall step must not try to download or build anything else.
+    (cd "$here/tests/js" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --no-audit --no-fund --loglevel=error)
   fi
 fi

@@ -1,7 +1,11 @@
 // tokenize_dump TOKENIZER_DIR INPUT.jsonl [OUTPUT.jsonl]
+// tokenize_dump --gguf-metadata METADATA.json INPUT.jsonl [OUTPUT.jsonl]
+//   (the tokenizer built from GGUF metadata as JSON, e.g. written by
+//   tools/make_gguf.py --metadata-json)
 // For each input line ({"text": ...} or a JSON string) writes one JSON line:
 //   {"ids": encode(text, true), "ids_plain": encode(text, false),
-//    "decoded": decode(ids, true), "decoded_raw": decode(ids, false)}
+//    "decoded": decode(ids, true), "decoded_raw": decode(ids, false),
+//    "decoded_plain": decode(ids_plain, true)}
 // and prints the total encode time to stderr.
 #include <chrono>
 #include <fstream>
@@ -12,13 +16,25 @@
 #include "text/tokenizer/tokenizer.h"
 
 int main(int argc, char** argv) {
+  const bool gguf = argc > 1 && std::string(argv[1]) == "--gguf-metadata";
+  if (gguf) {
+    ++argv;
+    --argc;
+  }
   if (argc < 3) {
-    std::cerr << "usage: tokenize_dump TOKENIZER_DIR INPUT.jsonl [OUTPUT.jsonl]\n";
+    std::cerr << "usage: tokenize_dump [--gguf-metadata METADATA.json | TOKENIZER_DIR] INPUT.jsonl "
+                 "[OUTPUT.jsonl]\n";
     return 2;
   }
   try {
     const auto t0 = std::chrono::steady_clock::now();
-    const auto tok = halo::text::Tokenizer::from_model_dir(argv[1]);
+    const auto load = [&] {
+      if (!gguf) return halo::text::Tokenizer::from_model_dir(argv[1]);
+      std::ifstream md(argv[1]);
+      if (!md) throw halo::Error(std::string("tokenize_dump: cannot open '") + argv[1] + "'");
+      return halo::text::Tokenizer::from_gguf_metadata(nlohmann::json::parse(md), argv[1]);
+    };
+    const auto tok = load();
     const auto t1 = std::chrono::steady_clock::now();
     std::ifstream in(argv[2]);
     if (!in) throw halo::Error(std::string("tokenize_dump: cannot open '") + argv[2] + "'");
@@ -49,6 +65,7 @@ int main(int argc, char** argv) {
       j["ids_plain"] = plain[i];
       j["decoded"] = tok.decode(ids[i], true);
       j["decoded_raw"] = tok.decode(ids[i], false);
+      j["decoded_plain"] = tok.decode(plain[i], true);
       out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     }
     using ms = std::chrono::duration<double, std::milli>;

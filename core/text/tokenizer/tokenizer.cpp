@@ -216,6 +216,51 @@ TokenizerJson parse_tokenizer_json(const std::filesystem::path& path) {
   return out;
 }
 
+// An already parsed tokenizer.json -> the form parse_tokenizer_json gives
+// (model.vocab and model.merges moved into vectors, null in `rest`), with the
+// same checks.
+TokenizerJson tokenizer_json_from_dom(json j, const std::string& what) {
+  TokenizerJson out;
+  if (j.is_object()) {
+    const auto m = j.find("model");
+    if (m != j.end() && m->is_object()) {
+      if (const auto v = m->find("vocab"); v != m->end() && v->is_object()) {
+        out.has_vocab = true;
+        out.vocab.reserve(v->size());
+        for (auto& [tok, id] : v->items()) {
+          if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxTokenId)
+            throw Error(
+                fmt::format("{}: model.vocab token {} has id {} (ids are integers from 0 to {})",
+                            what, json(tok).dump(), id.dump(), kMaxTokenId - 1));
+          out.vocab.emplace_back(tok, id.get<int64_t>());
+        }
+        *v = nullptr;
+      }
+      if (const auto mg = m->find("merges"); mg != m->end() && mg->is_array()) {
+        out.has_merges = true;
+        out.merges.reserve(mg->size());
+        for (auto& e : *mg) {
+          if (e.is_string()) {
+            auto& s = e.get_ref<std::string&>();
+            const auto sp = s.find(' ');
+            if (sp == std::string::npos)
+              throw Error(fmt::format("{}: bad model.merges entry near {}", what, s));
+            out.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+          } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+            out.merges.emplace_back(std::move(e[0].get_ref<std::string&>()),
+                                    std::move(e[1].get_ref<std::string&>()));
+          } else {
+            throw Error(fmt::format("{}: bad model.merges entry near {}", what, e.dump()));
+          }
+        }
+        *mg = nullptr;
+      }
+    }
+  }
+  out.rest = std::move(j);
+  return out;
+}
+
 const json* find_key(const json& j, const char* key) {
   if (!j.is_object()) return nullptr;
   const auto it = j.find(key);
@@ -1102,7 +1147,7 @@ void load_post_processor(const json& j, const std::string& what, detail::Tokeniz
 }
 
 // transformers' LlamaTokenizerFast rebuilds the template from add_bos_token / add_eos_token.
-void apply_llama_template(const json& config, const std::filesystem::path& tokenizer_config,
+void apply_llama_template(const json& config, const std::string& config_what,
                           detail::TokenizerData& d) {
   using namespace detail;
   if (const json* cls = find_key(config, "tokenizer_class");
@@ -1112,7 +1157,7 @@ void apply_llama_template(const json& config, const std::filesystem::path& token
     auto id_of = [&](const std::string& tok, const char* name) {
       if (const auto id = d.added_vocab.find(tok)) return *id;
       if (const auto id = d.model->vocab().find(tok)) return *id;
-      throw Error(fmt::format("{}: {} '{}' is not a token", tokenizer_config.string(), name, tok));
+      throw Error(fmt::format("{}: {} '{}' is not a token", config_what, name, tok));
     };
     d.prefix_ids.clear();
     d.suffix_ids.clear();
@@ -1121,18 +1166,19 @@ void apply_llama_template(const json& config, const std::filesystem::path& token
   }
 }
 
-std::shared_ptr<TokenizerData> load(const std::filesystem::path& tokenizer_json,
-                                     const std::filesystem::path& tokenizer_config) {
+// The one loading path of from_files and from_json: `tj` is tokenizer.json
+// (model.vocab and model.merges already taken out), `config`
+// tokenizer_config.json (an empty object when there is none). `what` and
+// `config_what` name them in messages.
+std::shared_ptr<TokenizerData> load(detail::TokenizerJson tj, const json& config,
+                                    const std::filesystem::path& source, const std::string& what,
+                                    const std::string& config_what) {
   using namespace detail;
   auto d = std::make_shared<TokenizerData>();
-  d->source = tokenizer_json;
-  const std::string what = tokenizer_json.string();
-  TokenizerJson tj = parse_tokenizer_json(tokenizer_json);
+  d->source = source;
   const json& j = tj.rest;
-  json config = json::object();
-  if (!tokenizer_config.empty()) config = parse_json(tokenizer_config);
   if (!j.is_object()) throw Error(what + ": top level is not a JSON object");
-  if (!config.is_object()) throw Error(tokenizer_config.string() + ": top level is not a JSON object");
+  if (!config.is_object()) throw Error(config_what + ": top level is not a JSON object");
 
   try {
     int32_t max_id = load_bpe_model(tj, j, what, *d);
@@ -1151,7 +1197,7 @@ std::shared_ptr<TokenizerData> load(const std::filesystem::path& tokenizer_json,
     d->clean_up = get_bool(config, "clean_up_tokenization_spaces", false);
 
     load_post_processor(j, what, *d);
-    apply_llama_template(config, tokenizer_config, *d);
+    apply_llama_template(config, config_what, *d);
   } catch (const json::exception& e) {
     throw Error(fmt::format("{}: unexpected content: {}", what, e.what()));
   }
@@ -1167,7 +1213,18 @@ Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_files(const std::filesystem::path& tokenizer_json,
                                 const std::filesystem::path& tokenizer_config) {
-  return Tokenizer(load(tokenizer_json, tokenizer_config));
+  json config = json::object();
+  if (!tokenizer_config.empty()) config = detail::parse_json(tokenizer_config);
+  return Tokenizer(load(detail::parse_tokenizer_json(tokenizer_json), config, tokenizer_json,
+                        tokenizer_json.string(), tokenizer_config.string()));
+}
+
+Tokenizer Tokenizer::from_json(nlohmann::json tokenizer_json, nlohmann::json tokenizer_config,
+                               const std::string& source_name) {
+  if (tokenizer_config.is_null()) tokenizer_config = json::object();
+  return Tokenizer(load(detail::tokenizer_json_from_dom(std::move(tokenizer_json), source_name),
+                        tokenizer_config, source_name, source_name,
+                        source_name + " (tokenizer config)"));
 }
 
 Tokenizer Tokenizer::from_model_dir(const std::filesystem::path& dir) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -31,6 +32,16 @@ class Tokenizer {
   // tokenizer_config may be empty (no config).
   static Tokenizer from_files(const std::filesystem::path& tokenizer_json,
                               const std::filesystem::path& tokenizer_config);
+  // The same from already parsed JSON (tokenizer_config may be null or {}):
+  // one loading path with from_files. source_name names the origin in
+  // messages and is what source() returns.
+  static Tokenizer from_json(nlohmann::json tokenizer_json, nlohmann::json tokenizer_config,
+                             const std::string& source_name);
+  // From a GGUF file's metadata, as a JSON object keyed by the GGUF keys
+  // (tokenizer.ggml.*, tokenizer.chat_template): from_json of
+  // tokenizer_json_from_gguf and tokenizer_config_from_gguf below.
+  static Tokenizer from_gguf_metadata(const nlohmann::json& metadata,
+                                      const std::string& source_name);
 
   // add_special_tokens: apply the post-processor (TemplateProcessing, or the
   // add_bos_token/add_eos_token of a Llama-class tokenizer_config). Added
@@ -82,5 +93,25 @@ class Tokenizer {
   explicit Tokenizer(std::shared_ptr<const detail::TokenizerData> data);
   std::shared_ptr<const detail::TokenizerData> d_;
 };
+
+// GGUF tokenizer metadata (llama.cpp's conventions) -> the equivalent Hugging
+// Face tokenizer.json. tokenizer.ggml.model "llama" (SentencePiece BPE with
+// scores) becomes a byte-fallback BPE whose merges are derived from the scores
+// as Hugging Face's SentencePiece conversion does (every split of a token into
+// two tokens, ranked by that token's score), with "\u2581" for spaces and,
+// when tokenizer.ggml.add_space_prefix (default true), a "\u2581" prepended
+// to each text piece as llama.cpp does. "gpt2" (byte-level BPE with merges)
+// gets the pre-tokenizer regex of tokenizer.ggml.pre ("llama-bpe", "qwen2").
+// Tokens of type 2 (unknown), 3 (control) and 4 (user-defined) become added
+// tokens (2 and 3 special), type 5 (unused) ids are left out. BOS/EOS from
+// tokenizer.ggml.add_bos_token / add_eos_token go in the post-processor.
+// Throws halo::Error naming the key when the metadata is malformed (missing
+// tokens, wrong types, lengths that disagree, an unknown model or pre).
+nlohmann::json tokenizer_json_from_gguf(const nlohmann::json& metadata);
+// The tokenizer_config.json part: bos_token, eos_token, unk_token, pad_token
+// (token strings), add_bos_token, add_eos_token, chat_template, and
+// clean_up_tokenization_spaces (true for "llama-bpe", as Llama 3's config and
+// llama.cpp have it).
+nlohmann::json tokenizer_config_from_gguf(const nlohmann::json& metadata);
 
 }  // namespace halo::text
