@@ -260,6 +260,173 @@ struct MakePortable {
 constexpr QKernelSet kPortableSet =
     make_qset<MakePortable>(std::make_integer_sequence<int, kMaxMR * kNB>{});
 
+#ifdef HALO_HAVE_VNNI_PATH
+// The same steps as quantize_row_portable: max|x| (exact), the scalar d and
+// id, x * id clamped, vcvtps2dq (round half to even), so the same bits.
+HALO_TARGET_VNNI void quantize_row_avx512(const float* x, size_t K, size_t B, int8_t* q, float* s,
+                                          int32_t* sum) {
+  const __m512 lo = _mm512_set1_ps(-127.f), hi = _mm512_set1_ps(127.f);
+  for (size_t b = 0; b * B < K; ++b) {
+    const float* xb = x + b * B;
+    __m512 amax = _mm512_setzero_ps();
+    for (size_t i = 0; i < B; i += 16)
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xb + i)));
+    const float d = _mm512_reduce_max_ps(amax) / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    const __m512 idv = _mm512_set1_ps(id);
+    __m512i acc = _mm512_setzero_si512();
+    for (size_t i = 0; i < B; i += 16) {
+      const __m512 v =
+          _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xb + i), idv), lo), hi);
+      const __m512i r = _mm512_cvtps_epi32(v);
+      acc = _mm512_add_epi32(acc, r);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * B + i), _mm512_cvtepi32_epi8(r));
+    }
+    s[b] = d;
+    sum[b] = _mm512_reduce_add_epi32(acc);
+  }
+}
+
+// 16 scales (or offsets) of one group as fp32.
+template <ScaleKind SK>
+HALO_TARGET_VNNI inline __m512 load_scales16(const uint8_t* p) {
+  if constexpr (SK == ScaleKind::F32) {
+    return _mm512_loadu_ps(p);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (SK == ScaleKind::F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+inline int32_t load_x4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// MR rows x NB tiles. Per B-block: B/4 vpdpbusd per (row, tile) into int32
+// accumulators that start at 0, then the documented fp32 steps.
+template <QType QT, ScaleKind SK, int MR, int NB>
+HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
+  const QLayout& L = *t.L;
+  const size_t B = L.blk;
+  const size_t block_bytes = QT == QType::INT8 ? kLanes * B : kLanes * B / 2;
+  const size_t tvb = L.tile_vbytes;
+  const uint8_t* wv = L.values + t.tile0 * tvb;
+  const uint8_t* wm = L.meta + t.tile0 * L.tile_mbytes;
+  const bool has_off = L.has_off;
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512 acc[MR][NB];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int n = 0; n < NB; ++n) acc[r][n] = _mm512_setzero_ps();
+  const int8_t* xr[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) xr[r] = t.xq + static_cast<size_t>(r) * t.ldq;
+
+  for (size_t b = 0; b < L.nblk; ++b) {
+    __m512i ia[MR][NB];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+      for (int n = 0; n < NB; ++n) ia[r][n] = _mm512_setzero_si512();
+    const uint8_t* vb = wv + b * block_bytes;
+    const size_t xoff = b * B;
+    if constexpr (QT == QType::INT8) {
+#pragma GCC unroll 8
+      for (size_t j = 0; j < B / 4; ++j) {
+        __m512i w[NB];
+#pragma GCC unroll 2
+        for (int n = 0; n < NB; ++n) w[n] = _mm512_load_si512(vb + n * tvb + j * 64);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+          const __m512i xv = _mm512_set1_epi32(load_x4(xr[r] + xoff + 4 * j));
+#pragma GCC unroll 2
+          for (int n = 0; n < NB; ++n) ia[r][n] = _mm512_dpbusd_epi32(ia[r][n], w[n], xv);
+        }
+      }
+    } else {
+      const size_t half = B / 8;
+#pragma GCC unroll 4
+      for (size_t c = 0; c < half; ++c) {
+        __m512i wl[NB], wh[NB];
+#pragma GCC unroll 2
+        for (int n = 0; n < NB; ++n) {
+          const __m512i v = _mm512_load_si512(vb + n * tvb + c * 64);
+          wl[n] = _mm512_and_si512(v, low4);
+          wh[n] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+          const __m512i xl = _mm512_set1_epi32(load_x4(xr[r] + xoff + 4 * c));
+          const __m512i xh = _mm512_set1_epi32(load_x4(xr[r] + xoff + 4 * (c + half)));
+#pragma GCC unroll 2
+          for (int n = 0; n < NB; ++n) {
+            ia[r][n] = _mm512_dpbusd_epi32(ia[r][n], wl[n], xl);
+            ia[r][n] = _mm512_dpbusd_epi32(ia[r][n], wh[n], xh);
+          }
+        }
+      }
+    }
+    const uint8_t* gm = wm + (b / L.bpg) * L.group_mbytes;
+    __m512 ws[NB], wo[NB];
+#pragma GCC unroll 2
+    for (int n = 0; n < NB; ++n) {
+      ws[n] = load_scales16<SK>(gm + n * L.tile_mbytes);
+      wo[n] = has_off ? load_scales16<SK>(gm + n * L.tile_mbytes + kLanes * scale_size(SK))
+                      : _mm512_setzero_ps();
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const float xs = t.xs[static_cast<size_t>(r) * t.ldb + b];
+      const int32_t xsum = t.xsum[static_cast<size_t>(r) * t.ldb + b];
+      const __m512 xsv = _mm512_set1_ps(xs);
+      const __m512 sxv = _mm512_set1_ps(xs * static_cast<float>(xsum));
+#pragma GCC unroll 2
+      for (int n = 0; n < NB; ++n) {
+        __m512i d = ia[r][n];
+        // Stored INT8 weights are q + 128.
+        if constexpr (QT == QType::INT8) d = _mm512_sub_epi32(d, _mm512_set1_epi32(xsum * 128));
+        acc[r][n] = _mm512_fmadd_ps(ws[n], _mm512_mul_ps(_mm512_cvtepi32_ps(d), xsv), acc[r][n]);
+        if (has_off) acc[r][n] = _mm512_fmadd_ps(wo[n], sxv, acc[r][n]);
+      }
+    }
+  }
+  const __mmask16 tail_mask = static_cast<__mmask16>((1u << t.tail) - 1u);
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int n = 0; n < NB; ++n) {
+      float* yp = t.y + static_cast<size_t>(r) * t.ldy + static_cast<size_t>(n) * kLanes;
+      const __mmask16 m = n == NB - 1 ? tail_mask : static_cast<__mmask16>(0xffff);
+      __m512 v = acc[r][n];
+      if (t.bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, t.bias + n * kLanes));
+      _mm512_mask_storeu_ps(yp, m, v);
+    }
+}
+
+template <QType QT, ScaleKind SK>
+struct MakeVnni {
+  template <int MR, int NB>
+  struct K {
+    static constexpr QKernelFn fn = qkernel_vnni<QT, SK, MR, NB>;
+  };
+};
+
+template <QType QT, ScaleKind SK>
+constexpr QKernelSet kVnniSet =
+    make_qset<MakeVnni<QT, SK>::template K>(std::make_integer_sequence<int, kMaxMR * kNB>{});
+
+// Indexed [QType - 1][ScaleKind].
+constexpr const QKernelSet* kVnniSets[2][3] = {
+    {&kVnniSet<QType::INT8, ScaleKind::F16>, &kVnniSet<QType::INT8, ScaleKind::BF16>,
+     &kVnniSet<QType::INT8, ScaleKind::F32>},
+    {&kVnniSet<QType::UINT4, ScaleKind::F16>, &kVnniSet<QType::UINT4, ScaleKind::BF16>,
+     &kVnniSet<QType::UINT4, ScaleKind::F32>}};
+#endif
+
 // ------------------------------------------------------------ path selection
 std::atomic<bool>& vnni_selected() {
   static std::atomic<bool> sel{[] {
@@ -272,8 +439,13 @@ std::atomic<bool>& vnni_selected() {
   return sel;
 }
 
-const QKernelSet& kernel_set(const QLayout& L) {
+const QKernelSet& kernel_set(const QLayout& L, bool vnni) {
+#ifdef HALO_HAVE_VNNI_PATH
+  if (vnni) return *kVnniSets[L.type == QType::INT8 ? 0 : 1][static_cast<int>(L.sk)];
+#else
   (void)L;
+  (void)vnni;
+#endif
   return kPortableSet;
 }
 
@@ -509,7 +681,12 @@ void gemm_q(ThreadPool& pool, const float* x, size_t M, size_t ldx, const Packed
   float* xs = scratch.xs.data();
   int32_t* xsum = scratch.xsum.data();
   const size_t threads = static_cast<size_t>(pool.size());
+  const bool vnni = vnni_selected().load(std::memory_order_relaxed);
   auto quantize = [&](size_t m) {
+#ifdef HALO_HAVE_VNNI_PATH
+    if (vnni)
+      return quantize_row_avx512(x + m * ldx, K, B, xq + m * K, xs + m * nblk, xsum + m * nblk);
+#endif
     quantize_row_portable(x + m * ldx, K, B, xq + m * K, xs + m * nblk, xsum + m * nblk);
   };
   if (M == 1 || threads == 1) {
@@ -523,7 +700,7 @@ void gemm_q(ThreadPool& pool, const float* x, size_t M, size_t ldx, const Packed
 
   QPlan pl{};
   pl.L = &L;
-  pl.kernels = &kernel_set(L);
+  pl.kernels = &kernel_set(L, vnni);
   pl.xq = xq;
   pl.xs = xs;
   pl.xsum = xsum;
