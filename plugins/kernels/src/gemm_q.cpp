@@ -307,11 +307,10 @@ inline int32_t load_x4(const int8_t* p) {
 
 // MR rows x NB tiles. Per B-block: B/4 vpdpbusd per (row, tile) into int32
 // accumulators that start at 0, then the documented fp32 steps.
-template <QType QT, ScaleKind SK, int MR, int NB>
+template <QType QT, ScaleKind SK, size_t B, int MR, int NB>
 HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
   const QLayout& L = *t.L;
-  const size_t B = L.blk;
-  const size_t block_bytes = QT == QType::INT8 ? kLanes * B : kLanes * B / 2;
+  constexpr size_t block_bytes = QT == QType::INT8 ? kLanes * B : kLanes * B / 2;
   const size_t tvb = L.tile_vbytes;
   const uint8_t* wv = L.values + t.tile0 * tvb;
   const uint8_t* wm = L.meta + t.tile0 * L.tile_mbytes;
@@ -326,7 +325,8 @@ HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r) xr[r] = t.xq + static_cast<size_t>(r) * t.ldq;
 
-  for (size_t b = 0; b < L.nblk; ++b) {
+  // g: the block's group, counted instead of divided (a div per block shows).
+  for (size_t b = 0, g = 0, left = L.bpg; b < L.nblk; ++b) {
     __m512i ia[MR][NB];
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r)
@@ -348,7 +348,7 @@ HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
         }
       }
     } else {
-      const size_t half = B / 8;
+      constexpr size_t half = B / 8;
 #pragma GCC unroll 4
       for (size_t c = 0; c < half; ++c) {
         __m512i wl[NB], wh[NB];
@@ -370,7 +370,8 @@ HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
         }
       }
     }
-    const uint8_t* gm = wm + (b / L.bpg) * L.group_mbytes;
+    const uint8_t* gm = wm + g * L.group_mbytes;
+    if (--left == 0) ++g, left = L.bpg;
     __m512 ws[NB], wo[NB];
 #pragma GCC unroll 2
     for (int n = 0; n < NB; ++n) {
@@ -407,24 +408,28 @@ HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
     }
 }
 
-template <QType QT, ScaleKind SK>
+template <QType QT, ScaleKind SK, size_t B>
 struct MakeVnni {
   template <int MR, int NB>
   struct K {
-    static constexpr QKernelFn fn = qkernel_vnni<QT, SK, MR, NB>;
+    static constexpr QKernelFn fn = qkernel_vnni<QT, SK, B, MR, NB>;
   };
 };
 
-template <QType QT, ScaleKind SK>
+// B is a template argument so the block's loop unrolls into straight code.
+template <QType QT, ScaleKind SK, size_t B>
 constexpr QKernelSet kVnniSet =
-    make_qset<MakeVnni<QT, SK>::template K>(std::make_integer_sequence<int, kMaxMR * kNB>{});
+    make_qset<MakeVnni<QT, SK, B>::template K>(std::make_integer_sequence<int, kMaxMR * kNB>{});
 
-// Indexed [QType - 1][ScaleKind].
-constexpr const QKernelSet* kVnniSets[2][3] = {
-    {&kVnniSet<QType::INT8, ScaleKind::F16>, &kVnniSet<QType::INT8, ScaleKind::BF16>,
-     &kVnniSet<QType::INT8, ScaleKind::F32>},
-    {&kVnniSet<QType::UINT4, ScaleKind::F16>, &kVnniSet<QType::UINT4, ScaleKind::BF16>,
-     &kVnniSet<QType::UINT4, ScaleKind::F32>}};
+template <QType QT, size_t B>
+constexpr const QKernelSet* kVnniBySk[3] = {&kVnniSet<QT, ScaleKind::F16, B>,
+                                            &kVnniSet<QT, ScaleKind::BF16, B>,
+                                            &kVnniSet<QT, ScaleKind::F32, B>};
+
+// Indexed [QType - 1][B == 32][ScaleKind].
+constexpr const QKernelSet* const* kVnniSets[2][2] = {
+    {kVnniBySk<QType::INT8, 16>, kVnniBySk<QType::INT8, 32>},
+    {kVnniBySk<QType::UINT4, 16>, kVnniBySk<QType::UINT4, 32>}};
 #endif
 
 // ------------------------------------------------------------ path selection
@@ -441,7 +446,8 @@ std::atomic<bool>& vnni_selected() {
 
 const QKernelSet& kernel_set(const QLayout& L, bool vnni) {
 #ifdef HALO_HAVE_VNNI_PATH
-  if (vnni) return *kVnniSets[L.type == QType::INT8 ? 0 : 1][static_cast<int>(L.sk)];
+  if (vnni)
+    return *kVnniSets[L.type == QType::INT8 ? 0 : 1][L.blk == 32 ? 1 : 0][static_cast<int>(L.sk)];
 #else
   (void)L;
   (void)vnni;
