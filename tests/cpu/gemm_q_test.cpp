@@ -174,7 +174,7 @@ std::vector<float> run_and_check(const Case& c, size_t M, const char* path, int 
   k::GemmQScratch scratch;
   k::gemm_q(pool, x.data(), M, ldx, w, bias.data(), y.data(), ldy, scratch);
 
-  const size_t B = std::min<size_t>(c.group, 32);
+  const size_t B = c.group % 32 == 0 ? 32 : 16;
   std::vector<std::pair<const QSrc*, size_t>> col;
   for (const auto& s : srcs)
     for (size_t r = 0; r < s.rows; ++r) col.push_back({&s, r});
