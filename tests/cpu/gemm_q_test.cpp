@@ -226,6 +226,8 @@ const Case kCases[] = {
     {k::QType::UINT4, 128, 512, k::DType::F32, true},
     {k::QType::UINT4, 128, 384, k::DType::F16, false},
     {k::QType::UINT4, 16, 96, k::DType::BF16, true},  // B = 16
+    {k::QType::INT8, 48, 96, k::DType::F16, true},    // B = 16: 32 does not divide 48
+    {k::QType::UINT4, 80, 80, k::DType::F32, false},  // per channel, K = 80
 };
 
 TEST(GemmQ, MatchesReferenceOnEveryPath) {
