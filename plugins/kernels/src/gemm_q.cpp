@@ -168,7 +168,7 @@ void quantize_row_portable(const float* x, size_t K, size_t B, int8_t* q, float*
 }
 
 // ------------------------------------------------------------ microkernels
-// MR rows from row pointer arrays, NB tiles from the panel's first tile.
+// MR rows (ldq / ldb apart) x NB tiles from the panel's first tile.
 struct QTile {
   const QLayout* L;
   const int8_t* xq;  // row 0's int8 values, rows ldq apart

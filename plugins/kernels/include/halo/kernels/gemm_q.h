@@ -95,6 +95,8 @@ struct GemmQScratch {
 // y[m, n] = the formula above (+ bias[n] if bias != nullptr) for m < M, n < N.
 // x: [M, K] fp32 with row stride ldx; y: [M, N] fp32 with row stride ldy, must
 // not alias x. Runs on the pool; allocates nothing once scratch has grown.
+// x must be finite: a NaN or infinity gives unspecified (not necessarily NaN)
+// values in its row.
 void gemm_q(ThreadPool& pool, const float* x, size_t M, size_t ldx, const PackedQWeight& w,
             const float* bias, float* y, size_t ldy, GemmQScratch& scratch);
 
