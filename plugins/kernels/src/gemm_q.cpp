@@ -51,8 +51,6 @@
 #include <sys/mman.h>
 #endif
 
-#include "halo/kernels/kernels.h"
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HALO_HAVE_VNNI_PATH 1
