@@ -6,9 +6,9 @@
 //
 // Unsigned operand of vpdpbusd (u8 x s8): the weights. UINT4 values are
 // unsigned already; INT8 values are stored as u = q + 128 (q ^ 0x80) and the
-// kernel subtracts 128 * sum(xq) from the block's integer dot (exact in
-// int32). Keeping the activations signed keeps their quantization symmetric
-// (the documented Q8_0 rounding) and the sum is needed for offsets anyway.
+// kernel starts the block's integer dot at -128 * sum(xq) (exact in int32). Keeping the activations
+// signed keeps their quantization symmetric (the documented Q8_0 rounding) and the sum is needed
+// for offsets anyway.
 //
 // Packed layout. Output columns are cut into tiles of 16 (columns past N are
 // zero weights with zero scales). Per tile, two arrays:
@@ -410,11 +410,17 @@ HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
 
   // g: the block's group, counted instead of divided (a div per block shows).
   for (size_t b = 0, g = 0, left = L.bpg; b < L.nblk; ++b) {
+    // Stored INT8 weights are q + 128: the dots start at -128 * sum(xq) of
+    // the row's block (exact), so no correction is left for the epilogue.
     __m512i ia[MR][NB];
 #pragma GCC unroll 4
-    for (int r = 0; r < MR; ++r)
+    for (int r = 0; r < MR; ++r) {
+      const __m512i start =
+          QT == QType::INT8 ? _mm512_set1_epi32(-128 * t.xsum[static_cast<size_t>(r) * t.ldb + b])
+                            : _mm512_setzero_si512();
 #pragma GCC unroll 4
-      for (int n = 0; n < NB; ++n) ia[r][n] = _mm512_setzero_si512();
+      for (int n = 0; n < NB; ++n) ia[r][n] = start;
+    }
     const uint8_t* vb = wv + b * block_bytes;
     const size_t xoff = b * B;
     if constexpr (MR == 1 && kPrefetchBytes > 0) {
@@ -477,9 +483,7 @@ HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
       const __m512 sxv = _mm512_set1_ps(xs * static_cast<float>(xsum));
 #pragma GCC unroll 4
       for (int n = 0; n < NB; ++n) {
-        __m512i d = ia[r][n];
-        // Stored INT8 weights are q + 128.
-        if constexpr (QT == QType::INT8) d = _mm512_sub_epi32(d, _mm512_set1_epi32(xsum * 128));
+        const __m512i d = ia[r][n];
         acc[r][n] = _mm512_fmadd_ps(ws[n], _mm512_mul_ps(_mm512_cvtepi32_ps(d), xsv), acc[r][n]);
         if (has_off) acc[r][n] = _mm512_fmadd_ps(wo[n], sxv, acc[r][n]);
       }
