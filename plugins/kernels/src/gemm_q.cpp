@@ -6,9 +6,9 @@
 //
 // Unsigned operand of vpdpbusd (u8 x s8): the weights. UINT4 values are
 // unsigned already; INT8 values are stored as u = q + 128 (q ^ 0x80) and the
-// kernel starts the block's integer dot at -128 * sum(xq) (exact in int32). Keeping the activations
-// signed keeps their quantization symmetric (the documented Q8_0 rounding) and the sum is needed
-// for offsets anyway.
+// kernel starts the block's integer dot at -128 * sum(xq) (exact in int32).
+// Keeping the activations signed keeps their quantization symmetric (the
+// documented Q8_0 rounding), and the sum is needed for offsets anyway.
 //
 // Packed layout. Output columns are cut into tiles of 16 (columns past N are
 // zero weights with zero scales). Per tile, two arrays:
