@@ -3,13 +3,18 @@
 // halo_quantized_tensor in device_abi.h), pre-packed once at load.
 //
 // Arithmetic: each row of x is quantized on the fly to int8 in blocks of
-// min(group, 32) input elements (symmetric, one fp32 scale per block, as llama.cpp's
-// Q8_0 activations), then every block's integer dot product with the weight's
+// B = 32 input elements (16 when group is not a multiple of 32, so that B
+// divides the group) (symmetric, one fp32 scale per block, as llama.cpp's
+// Q8_0 activations): per block d = max|x| / 127, id = (d != 0 ? 1 / d : 0),
+// xq = round-half-even(x * id) clamped to [-127, 127] (all fp32), xs = d and
+// sum_b(xq) kept. Then every block's integer dot product with the weight's
 // integer values is scaled in fp32:
 //
 //   y[m, n] = sum_b  xs[m, b] * (ws[n, b] * dot_b(xq[m], q[n]) + wo[n, b] * sum_b(xq[m]))
 //
-// (ws/wo: the weight group's scale and offset, wo = 0 when symmetric). With
+// (ws/wo: the weight group's scale and offset, wo = 0 when symmetric),
+// evaluated per block as acc = fma(ws, float(dot) * xs, acc), then, with
+// offsets, acc = fma(wo, xs * float(sum), acc); the bias is added last. With
 // AVX512-VNNI (vpdpbusd) on the CPU the integer dots run 64 multiply-adds per
 // instruction; a portable C++ path computes the same sums otherwise.
 //
@@ -29,6 +34,17 @@ namespace halo::kernels {
 
 // True if the CPU executes AVX512-VNNI (vpdpbusd); the portable path runs otherwise.
 bool cpu_has_avx512_vnni();
+
+// The path gemm_q runs: "vnni" or "portable" (the C++ kernels, built for
+// AVX2 + FMA when the CPU has them); tests may also choose "vnni-nogfni" (the
+// VNNI kernels without GFNI's nibble unpack, as on CPUs that lack it) and
+// "portable-baseline" (the C++ kernels built for baseline x86-64). All give
+// the same bits. The environment variable HALO_CPU_GEMM_Q=portable (or
+// HALO_KERNELS_SIMD=generic) forces the portable path at start-up.
+const char* gemm_q_path();
+// Selects one of the paths above by name; false if the CPU cannot run it.
+// Switch only while no gemm_q runs (tests, benchmarks).
+bool set_gemm_q_path(const char* name);
 
 // Integer type of a quantized weight's values (same numbers as halo_quant_type).
 enum class QType : uint8_t { INT8 = 1, UINT4 = 2 };
@@ -79,6 +95,8 @@ struct GemmQScratch {
 // y[m, n] = the formula above (+ bias[n] if bias != nullptr) for m < M, n < N.
 // x: [M, K] fp32 with row stride ldx; y: [M, N] fp32 with row stride ldy, must
 // not alias x. Runs on the pool; allocates nothing once scratch has grown.
+// x must be finite: a NaN or infinity gives unspecified (not necessarily NaN)
+// values in its row.
 void gemm_q(ThreadPool& pool, const float* x, size_t M, size_t ldx, const PackedQWeight& w,
             const float* bias, float* y, size_t ldy, GemmQScratch& scratch);
 
