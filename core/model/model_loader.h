@@ -7,14 +7,15 @@
 //   prepare_args.spec = &model.config().spec;
 //   prepare_args.weights = model.weights().data();
 //   prepare_args.num_weights = model.weights().size();
+#include <halo/device_abi.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string_view>
 #include <vector>
-
-#include <halo/device_abi.h>
 
 #include "model/hf_config.h"
 #include "model/weight_store.h"
@@ -31,6 +32,8 @@ class LoadedModel {
   // is "halo-compiled-model/1" next to config.json and the tokenizer files)
   // loads with no weights: config().compiled_model_dir() and the spec's
   // compiled_model_dir / compiled_target tell the plugin where to read it.
+  // A GGUF model (model/gguf_model.h) loads from a path that is a .gguf
+  // file or a directory holding exactly one.
   static LoadedModel load(const std::filesystem::path& model_dir);
 
   LoadedModel(LoadedModel&&) noexcept;
@@ -58,8 +61,12 @@ class LoadedModel {
   // Bytes of all canonical weights as the device reads them (slices of fused
   // tensors counted once each; quantized weights with their scales).
   uint64_t weight_bytes() const;
-  // The safetensors files mapped, in the order they were opened.
+  // The safetensors files mapped, in the order they were opened (or the
+  // GGUF file).
   std::vector<std::filesystem::path> files() const;
+  // A GGUF model's metadata, every key (tokenizer.ggml.* to build the
+  // tokenizer from, tokenizer.chat_template); null for a Hugging Face model.
+  const nlohmann::json* gguf_metadata() const;
 
  private:
   struct Impl;
