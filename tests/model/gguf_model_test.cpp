@@ -415,3 +415,32 @@ TEST(GgufModel, Qwen2BiasesAndUnpermutedRows) {
 
 }  // namespace
 }  // namespace halo::model
+
+namespace halo::model {
+namespace {
+
+// The fuzzer's seeds (fuzz/corpus/gguf_fuzzer) are valid: the llama ones load
+// as models (F16, Q8_0 with a tied quantized embedding, Q4_0 with BF16
+// embedding), the other parses with its K-quant tensors converting.
+TEST(GgufModel, FuzzSeedsAreValid) {
+  const std::filesystem::path seeds =
+      std::filesystem::path(HALO_SOURCE_DIR) / "fuzz/corpus/gguf_fuzzer";
+  for (const char* name : {"llama_f16.gguf", "llama_q8_0.gguf", "llama_q4_0.gguf"}) {
+    SCOPED_TRACE(name);
+    const LoadedModel m = LoadedModel::load(seeds / name);
+    EXPECT_EQ(m.config().spec.num_layers, 1);
+  }
+  EXPECT_EQ(LoadedModel::load(seeds / "llama_q8_0.gguf").quantized_weights().size(), 8u);
+  EXPECT_EQ(LoadedModel::load(seeds / "llama_q4_0.gguf").quantized_weights().size(), 7u);
+  const GgufFile f(seeds / "ktypes_metadata.gguf");
+  EXPECT_EQ(f.alignment(), 64u);
+  WeightStore store;
+  for (const GgufTensor& t : f.tensors()) {
+    if (ggml_is_plain(t.type)) continue;
+    const int64_t order[] = {0, 1};
+    EXPECT_EQ(ggml_to_abi(t.type, t.data, t.cols(), order, store, t.name).rows, 2);
+  }
+}
+
+}  // namespace
+}  // namespace halo::model
