@@ -253,6 +253,7 @@ bool is_projection(const std::string& canonical) {
 // inverse is applied for arch llama.
 std::vector<int64_t> row_order(const WeightSource& w, const ModelConfig& cfg,
                                const std::string& fname) {
+  if (w.shape.size() < 2) return {0};  // a vector is one row
   std::vector<int64_t> order(static_cast<size_t>(w.shape[0]));
   for (int64_t i = 0; i < w.shape[0]; ++i) order[static_cast<size_t>(i)] = w.row_begin + i;
   const bool q = has_suffix(w.canonical, "." HALO_WEIGHT_Q_PROJ),

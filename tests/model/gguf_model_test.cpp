@@ -382,15 +382,22 @@ TEST(GgufModel, Phi3FusedTensorsGiveRowSlices) {
   ASSERT_NE(m.find("lm_head"), nullptr);
 }
 
-TEST(GgufModel, Qwen2BiasesAndUnpermutedRows) {
+// alignment 2 with a 2-byte tensor first: every F32 tensor after it sits at
+// an address that is not 4-byte aligned, and is copied.
+void qwen2_case(uint64_t alignment) {
   TempDir dir;
   const Tiny t;
   std::mt19937 rng(4);
   GgufWriter w;
   tiny_metadata(w, "qwen2", t);
+  if (alignment != 32) {
+    w.alignment = alignment;
+    w.kv_u32("general.alignment", static_cast<uint32_t>(alignment));
+    w.tensor("odd", 1, {1}, "\1\2");
+  }
   const int64_t q = t.heads * t.head_dim, kv = t.kv_heads * t.head_dim;
   add_random(w, rng, "token_embd.weight", {t.vocab, t.hidden});
-  add_random(w, rng, "blk.0.attn_norm.weight", {t.hidden});
+  const auto norm = add_random(w, rng, "blk.0.attn_norm.weight", {t.hidden});
   const auto wq = add_random(w, rng, "blk.0.attn_q.weight", {q, t.hidden});
   add_random(w, rng, "blk.0.attn_k.weight", {kv, t.hidden});
   add_random(w, rng, "blk.0.attn_v.weight", {kv, t.hidden});
@@ -411,7 +418,14 @@ TEST(GgufModel, Qwen2BiasesAndUnpermutedRows) {
   EXPECT_EQ(m.config().spec.rope_theta, 1e6f);
   expect_rows(m, "layers.0.q_proj", wq, 0, q, t.hidden);
   expect_rows(m, "layers.0.q_bias", bq, 0, 1, q);
+  expect_rows(m, "layers.0.attn_norm", norm, 0, 1, t.hidden);
+  for (const halo_named_tensor& nt : m.weights())
+    EXPECT_EQ((reinterpret_cast<uintptr_t>(nt.tensor->data) + nt.tensor->byte_offset) % 4, 0u)
+        << nt.name;
 }
+
+TEST(GgufModel, Qwen2BiasesAndUnpermutedRows) { qwen2_case(32); }
+TEST(GgufModel, MisalignedTensorsAreCopiedAligned) { qwen2_case(2); }
 
 }  // namespace
 }  // namespace halo::model
