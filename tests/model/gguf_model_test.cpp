@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
 #include <map>
+#include <numbers>
 #include <random>
 
 #include "gguf_writer.h"
@@ -318,7 +320,7 @@ std::vector<float> random_floats(std::mt19937& rng, int64_t n) {
   return v;
 }
 
-void tiny_metadata(GgufWriter& w, const std::string& arch, const Tiny& t) {
+void tiny_metadata(GgufWriter& w, const std::string& arch, const Tiny& t, float theta = 1e6f) {
   w.kv_string("general.architecture", arch);
   w.kv_u32(arch + ".context_length", 256);
   w.kv_u32(arch + ".embedding_length", static_cast<uint32_t>(t.hidden));
@@ -327,7 +329,7 @@ void tiny_metadata(GgufWriter& w, const std::string& arch, const Tiny& t) {
   w.kv_u32(arch + ".attention.head_count", static_cast<uint32_t>(t.heads));
   w.kv_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(t.kv_heads));
   w.kv_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-6f);
-  w.kv_f32(arch + ".rope.freq_base", 1e6f);
+  w.kv_f32(arch + ".rope.freq_base", theta);
 }
 
 // Adds an F32 tensor of random values (shape outermost first); returns them.
@@ -422,6 +424,59 @@ void qwen2_case(uint64_t alignment) {
   for (const halo_named_tensor& nt : m.weights())
     EXPECT_EQ((reinterpret_cast<uintptr_t>(nt.tensor->data) + nt.tensor->byte_offset) % 4, 0u)
         << nt.name;
+}
+
+// A one-layer llama with `rope_freqs` (llama.cpp's form of Llama 3.1 rope
+// scaling), factor 8 over theta 500000; `bend` spoils one of its values.
+std::string llama3_rope_file(const TempDir& dir, bool bend) {
+  const Tiny t;
+  std::mt19937 rng(5);
+  GgufWriter w;
+  tiny_metadata(w, "llama", t, 500000.0f);
+  std::vector<float> freqs;
+  for (int64_t i = 0; i < t.head_dim / 2; ++i) {
+    const double wavelen =
+        2 * std::numbers::pi *
+        std::pow(500000.0, 2.0 * static_cast<double>(i) / static_cast<double>(t.head_dim));
+    double f = 1.0;
+    if (wavelen > 8192.0) {
+      f = 8.0;
+    } else if (wavelen >= 2048.0) {
+      const double smooth = (8192.0 / wavelen - 1.0) / 3.0;
+      f = 1.0 / ((1 - smooth) / 8.0 + smooth);
+    }
+    freqs.push_back(static_cast<float>(f));
+  }
+  if (bend) freqs[1] *= 1.5f;
+  w.tensor("rope_freqs.weight", 0, {static_cast<uint64_t>(freqs.size())}, bytes_of(freqs));
+  const int64_t q = t.heads * t.head_dim, kv = t.kv_heads * t.head_dim;
+  add_random(w, rng, "token_embd.weight", {t.vocab, t.hidden});
+  for (const char* n : {"attn_norm", "ffn_norm"})
+    add_random(w, rng, std::string("blk.0.") + n + ".weight", {t.hidden});
+  add_random(w, rng, "blk.0.attn_q.weight", {q, t.hidden});
+  add_random(w, rng, "blk.0.attn_k.weight", {kv, t.hidden});
+  add_random(w, rng, "blk.0.attn_v.weight", {kv, t.hidden});
+  add_random(w, rng, "blk.0.attn_output.weight", {t.hidden, q});
+  add_random(w, rng, "blk.0.ffn_gate.weight", {t.inter, t.hidden});
+  add_random(w, rng, "blk.0.ffn_up.weight", {t.inter, t.hidden});
+  add_random(w, rng, "blk.0.ffn_down.weight", {t.hidden, t.inter});
+  add_random(w, rng, "output_norm.weight", {t.hidden});
+  const std::string path = (dir / (bend ? "bent.gguf" : "llama3.gguf")).string();
+  w.write(path);
+  return path;
+}
+
+TEST(GgufModel, Llama3RopeScalingFromRopeFreqs) {
+  TempDir dir;
+  const LoadedModel m = LoadedModel::load(llama3_rope_file(dir, false));
+  const halo_model_spec& s = m.config().spec;
+  EXPECT_EQ(s.rope_scaling, HALO_ROPE_SCALING_LLAMA3);
+  EXPECT_EQ(s.rope_factor, 8.0f);
+  EXPECT_EQ(s.rope_low_freq_factor, 1.0f);
+  EXPECT_EQ(s.rope_high_freq_factor, 4.0f);
+  EXPECT_EQ(s.rope_original_max_position, 8192);
+  EXPECT_TRUE(throws_error([&] { LoadedModel::load(llama3_rope_file(dir, true)); },
+                           {"'rope_freqs.weight'", "not llama3 rope scaling", "element 1"}));
 }
 
 TEST(GgufModel, Qwen2BiasesAndUnpermutedRows) { qwen2_case(32); }
