@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "model/checkpoint_quant.h"
+#include "model/gguf_model.h"
 #include "model/quantize.h"
 #include "model/safetensors.h"
 #include "model/weight_map.h"
@@ -70,6 +71,7 @@ void warn_non_finite(const SafetensorsFile& file, const TensorInfo& info, const 
 struct LoadedModel::Impl {
   ModelConfig config;
   std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::shared_ptr<const GgufFile> gguf;  // a GGUF model: its file (the store keeps it mapped)
   WeightStore store;  // the tensors, over the files' mappings or owned copies
 };
 
@@ -97,7 +99,12 @@ bool LoadedModel::is_compiled() const { return impl_->config.is_compiled(); }
 std::vector<std::filesystem::path> LoadedModel::files() const {
   std::vector<std::filesystem::path> out;
   for (const auto& f : impl_->files) out.push_back(f->path());
+  if (impl_->gguf) out.push_back(impl_->gguf->path());
   return out;
+}
+
+const nlohmann::json* LoadedModel::gguf_metadata() const {
+  return impl_->gguf ? &impl_->gguf->metadata_json() : nullptr;
 }
 
 namespace {
@@ -189,6 +196,14 @@ TensorView view_of(const WeightSource& w, const TensorInfo& info, const std::byt
 
 LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
   auto impl = std::make_unique<Impl>();
+  if (std::optional<std::filesystem::path> gguf = find_gguf(model_dir)) {
+    impl->gguf = std::make_shared<const GgufFile>(*gguf);
+    impl->config = gguf_model_config(*impl->gguf);
+    load_gguf_weights(impl->gguf, impl->config, impl->store);
+    spdlog::debug("{}: {} plain and {} quantized weights, {} bytes", gguf->string(),
+                  impl->store.plain().size(), impl->store.quantized().size(), impl->store.bytes());
+    return LoadedModel(std::move(impl));
+  }
   impl->config = load_model_config(model_dir);
   const ModelConfig& cfg = impl->config;
 

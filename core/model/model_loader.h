@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,6 +39,8 @@ class LoadedModel {
   // is "halo-compiled-model/1" next to config.json and the tokenizer files)
   // loads with no weights: config().compiled_model_dir() and the spec's
   // compiled_model_dir / compiled_target tell the plugin where to read it.
+  // A GGUF model (model/gguf_model.h) loads from a path that is a .gguf
+  // file or a directory holding exactly one.
   static LoadedModel load(const std::filesystem::path& model_dir);
   // Same, then quantized at load time as `options` ask (model/quantize.h).
   static LoadedModel load(const std::filesystem::path& model_dir, const LoadOptions& options);
@@ -67,8 +70,12 @@ class LoadedModel {
   // Bytes of all canonical weights as the device reads them (slices of fused
   // tensors counted once each; quantized weights with their scales).
   uint64_t weight_bytes() const;
-  // The safetensors files mapped, in the order they were opened.
+  // The safetensors files mapped, in the order they were opened (or the
+  // GGUF file).
   std::vector<std::filesystem::path> files() const;
+  // A GGUF model's metadata, every key (tokenizer.ggml.* to build the
+  // tokenizer from, tokenizer.chat_template); null for a Hugging Face model.
+  const nlohmann::json* gguf_metadata() const;
 
  private:
   struct Impl;
