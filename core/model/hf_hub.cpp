@@ -758,8 +758,9 @@ bool offline_mode(const HubOptions& opts) { return opts.offline || offline_env(E
 fs::path resolve_model(const std::string& id_or_dir, const HubOptions& opts) {
   std::error_code ec;
   if (fs::is_directory(id_or_dir, ec)) return fs::path(id_or_dir);
+  if (fs::is_regular_file(id_or_dir, ec) && fs::path(id_or_dir).extension() == ".gguf") return fs::path(id_or_dir);
   const std::string checked = fs::absolute(id_or_dir, ec).string();
-  if (fs::exists(id_or_dir, ec)) throw Error(fmt::format("model '{}': {} is a file, not a model directory", id_or_dir, checked));
+  if (fs::exists(id_or_dir, ec)) throw Error(fmt::format("model '{}': {} is a file, not a model directory or a .gguf file", id_or_dir, checked));
   if (!looks_like_hub_id(id_or_dir))
     throw Error(fmt::format("model '{}': no directory {} and not a Hugging Face model id (org/name)", id_or_dir, checked));
 

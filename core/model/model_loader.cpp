@@ -300,6 +300,11 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
   return LoadedModel(std::move(impl));
 }
 
+ModelConfig load_config(const std::filesystem::path& model_path) {
+  if (std::optional<std::filesystem::path> gguf = find_gguf(model_path)) return gguf_model_config(GgufFile(*gguf));
+  return load_model_config(model_path);
+}
+
 LoadedModel LoadedModel::load(const std::filesystem::path& model_dir, const LoadOptions& options) {
   LoadedModel model = load(model_dir);
   quantize_model(model, QuantizationOptions{options.quantization, options.quantization_group_size});

@@ -29,6 +29,10 @@ struct LoadOptions {
   int32_t quantization_group_size = 0;
 };
 
+// The config of what LoadedModel::load(path) would load (config.json, or a
+// GGUF file's metadata), without mapping the weights.
+ModelConfig load_config(const std::filesystem::path& model_path);
+
 class LoadedModel {
  public:
   // Reads config.json (+ generation_config.json) and maps model.safetensors,

@@ -1,4 +1,5 @@
 #include "serve/model_loading.h"
+#include "serve/tokenizer_files.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -47,8 +48,10 @@ uint64_t kv_bytes_per_token(const model::ModelConfig& c, uint64_t elem) {
 uint64_t weight_file_bytes(const fs::path& dir) {
   uint64_t total = 0;
   std::error_code ec;
+  if (fs::is_regular_file(dir, ec)) return fs::file_size(dir, ec);  // a .gguf file
   for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file() && e.path().extension() == ".safetensors") total += e.file_size();
+    if (e.is_regular_file() && (e.path().extension() == ".safetensors" || e.path().extension() == ".gguf"))
+      total += e.file_size();
   return total;
 }
 
@@ -168,7 +171,7 @@ std::optional<text::ChatTemplate> chat_template(const std::string& option, const
     return tpl;
   }
   try {
-    tpl.emplace(text::ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json"));
+    tpl.emplace(load_chat_template(dir));
   } catch (const Error& e) {
     spdlog::warn(
         "{}: no chat template ({}): /v1/chat/completions needs --chat-template or a per-request "
@@ -247,7 +250,7 @@ size_t load_models(const std::vector<ModelSettings>& models, ServingCore& core,
               tp, dev.plugin->name()));
         ec.plugin_options.emplace_back("tensor_parallel_size", std::to_string(tp));
       }
-      auto config = model::load_model_config(dir);
+      auto config = model::load_config(dir);
       if (std::string dtype = check_dtype(s.dtype, config, dev.info, dev.plugin->name()); !dtype.empty())
         ec.plugin_options.emplace_back("dtype", dtype);
 
@@ -266,7 +269,7 @@ size_t load_models(const std::vector<ModelSettings>& models, ServingCore& core,
 
       auto loaded = std::make_shared<model::LoadedModel>(
           model::LoadedModel::load(dir, engine::load_options(ec)));
-      auto tokenizer = text::Tokenizer::from_model_dir(tokenizer_dir);
+      auto tokenizer = load_tokenizer(tokenizer_dir);
       auto tpl = chat_template(options.chat_template, tokenizer_dir);
       auto eng = std::make_shared<engine::AsyncEngine>(ec, loaded, std::move(tokenizer));
       std::vector<std::string> names{s.name};
@@ -304,7 +307,7 @@ std::string check_settings(const ModelSettings& s) {
     }
     return e.what();
   }
-  const auto config = [&] { return model::load_model_config(dir); };
+  const auto config = [&] { return model::load_config(dir); };
   std::shared_ptr<device::Plugin> plugin;
   device::DeviceInfo info;
   try {  // the device facts; a device this machine lacks is the load's to report

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "serve/tokenizer_files.h"
 #include "commands.h"
 #include "model_source.h"
 #include "common/error.h"
@@ -214,7 +215,7 @@ void run_throughput(const BenchOptions& o) {
   const auto& spec = model->config().spec;
   std::vector<WorkItem> items;
   if (!o.dataset.empty()) {
-    items = load_dataset(o.dataset, text::Tokenizer::from_model_dir(resolve_tokenizer_dir(dir, o.source)), o);
+    items = load_dataset(o.dataset, serve::load_tokenizer(resolve_tokenizer_dir(dir, o.source)), o);
   } else {
     items = random_workload(o, spec.vocab_size);
   }

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "engine/async_engine.h"
 #include "model_source.h"
+#include "serve/tokenizer_files.h"
 #include "text/jinja/chat_template.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -192,7 +193,7 @@ std::vector<Prompt> build_prompts(const GenerateOptions& o, const fs::path& toke
   std::unique_ptr<text::ChatTemplate> chat;
   if (o.chat)
     chat = std::make_unique<text::ChatTemplate>(
-        text::ChatTemplate::from_tokenizer_config(tokenizer_dir / "tokenizer_config.json"));
+        serve::load_chat_template(tokenizer_dir));
   std::vector<Prompt> prompts;
   for (auto& [txt, ids] : raw) {
     Prompt p{txt, ids};
@@ -221,7 +222,7 @@ void run_generate(const GenerateOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   auto model = std::make_shared<model::LoadedModel>(
       model::LoadedModel::load(dir, engine::load_options(o.engine)));
-  auto tokenizer = text::Tokenizer::from_model_dir(tokenizer_dir);
+  auto tokenizer = serve::load_tokenizer(tokenizer_dir);
   spdlog::info("model {} ({}, {} layers, {:.1f} MB of weights) loaded in {:.2f} s", dir.string(),
                model->config().architecture(), model->config().spec.num_layers, model->weight_bytes() / 1e6,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
