@@ -14,9 +14,12 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "halo/kernels/gemm_bf16.h"
+#include "halo/kernels/gemm_q.h"
 #include "halo/kernels/kernels.h"
 
 #ifdef HALO_BENCH_DNNL
@@ -37,8 +40,11 @@ struct Shape {
   const char* name;
   size_t K, N;
 };
-constexpr Shape kShapes[] = {
-    {"qkv", 2048, 2560}, {"o", 2048, 2048}, {"gate_up", 2048, 11264}, {"down", 5632, 2048}};
+constexpr Shape kShapes[] = {{"qkv", 2048, 2560},
+                             {"o", 2048, 2048},
+                             {"gate_up", 2048, 11264},
+                             {"down", 5632, 2048},
+                             {"gate", 2048, 5632}};  // shape 4: gemm_q comparison only
 
 k::ThreadPool& pool() {
   static k::ThreadPool p(2);
@@ -197,6 +203,107 @@ BENCHMARK(BM_MatmulNt)->Apply(shape_args);
 BENCHMARK(BM_OneDnnBf16)->Apply(shape_args);
 #endif
 
+// ------------------------------------------------------------ quantized
+// gemm_q on the same shapes: INT8 (symmetric, fp16 scales) and UINT4 (fp16
+// scales and offsets), group 32. W_B/s counts the packed bytes (values plus
+// scales and offsets) one call streams, to compare with the bf16 kernel's
+// W_B/s and BM_ReadBandwidth; at M=1 the calls/s are tokens/s of the layer.
+struct QRaw {
+  std::vector<uint8_t> values;
+  std::vector<uint16_t> scales, offsets;
+};
+
+const QRaw& raw_qweight(int shape, int copy, k::QType t) {
+  static std::map<std::tuple<int, int, int>, QRaw> cache;
+  auto& w = cache[{shape, copy, static_cast<int>(t)}];
+  if (w.values.empty()) {
+    const Shape& s = kShapes[shape];
+    uint64_t r = static_cast<uint64_t>(shape * 100 + copy + 1) * 0x9e3779b97f4a7c15ull + 3;
+    w.values.resize(t == k::QType::INT8 ? s.N * s.K : s.N * s.K / 2);
+    for (auto& v : w.values) v = static_cast<uint8_t>(rng_next(r) >> 56);
+    const size_t groups = s.N * s.K / 32;
+    w.scales.resize(groups);
+    for (auto& v : w.scales)
+      v = k::f32_to_f16(0.001f +
+                        static_cast<float>(rng_next(r) >> 40) / static_cast<float>(1 << 30));
+    if (t == k::QType::UINT4) {
+      w.offsets.resize(groups);
+      for (size_t i = 0; i < groups; ++i)
+        w.offsets[i] = k::f32_to_f16(-8.f * k::f16_to_f32(w.scales[i]));
+    }
+  }
+  return w;
+}
+
+k::PackedQWeight pack_q(int shape, int copy, k::QType t) {
+  const Shape& s = kShapes[shape];
+  const QRaw& raw = raw_qweight(shape, copy, t);
+  k::QuantSource src;
+  src.type = t;
+  src.group = 32;
+  src.rows = s.N;
+  src.values = raw.values.data();
+  src.scales = raw.scales.data();
+  src.offsets = raw.offsets.empty() ? nullptr : raw.offsets.data();
+  src.scale_dtype = k::DType::F16;
+  return k::PackedQWeight::pack({src}, s.K);
+}
+
+void BM_GemmQ(benchmark::State& state, k::QType t) {
+  const int shape = static_cast<int>(state.range(0));
+  const size_t M = static_cast<size_t>(state.range(1));
+  const int copies = static_cast<int>(state.range(2));
+  const Shape& s = kShapes[shape];
+  std::vector<k::PackedQWeight> ws;
+  for (int c = 0; c < copies; ++c) ws.push_back(pack_q(shape, c, t));
+  const auto x = random_f32(M * s.K, 3);
+  std::vector<float> y(M * s.N);
+  k::GemmQScratch scratch;
+  int c = 0;
+  for (auto _ : state) {
+    k::gemm_q(pool(), x.data(), M, s.K, ws[static_cast<size_t>(c)], nullptr, y.data(), s.N,
+              scratch);
+    benchmark::DoNotOptimize(y.data());
+    if (++c == copies) c = 0;
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * M * s.N * s.K, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["W_B/s"] = benchmark::Counter(static_cast<double>(ws[0].bytes()),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(s.name) + " " + k::gemm_q_path());
+}
+
+// Copies of a weight of `bytes` so that they exceed 128 MiB.
+int dram_copies_q(int shape, double bytes_per_param) {
+  const double bytes = bytes_per_param * kShapes[shape].N * kShapes[shape].K;
+  return static_cast<int>(128.0 * 1024 * 1024 / bytes) + 1;
+}
+
+// o (2048 x 2048) and gate (5632 x 2048): decode M=1 (from cache and from
+// DRAM), a decode batch M=32 and prefill M=512.
+template <int BytesPerParamX16>
+void q_args(benchmark::internal::Benchmark* b) {
+  for (int shape : {1, 4}) {
+    for (int M : {1, 32, 512}) b->Args({shape, M, 1});
+    b->Args({shape, 1, dram_copies_q(shape, BytesPerParamX16 / 16.0)});
+  }
+  b->ArgNames({"shape", "M", "copies"});
+  b->UseRealTime();
+}
+
+// bf16 on the gate shape (o is in shape_args already).
+void bf16_gate_args(benchmark::internal::Benchmark* b) {
+  for (int M : {1, 32, 512}) b->Args({4, M, 1});
+  b->Args({4, 1, dram_copies(4)});
+  b->ArgNames({"shape", "M", "copies"});
+  b->UseRealTime();
+}
+
+BENCHMARK(BM_GemmBf16)->Apply(bf16_gate_args);
+// int8 g32: 1 + 2/32 bytes per parameter; uint4 g32: 0.5 + 4/32.
+BENCHMARK_CAPTURE(BM_GemmQ, int8, k::QType::INT8)->Apply(q_args<17>);
+BENCHMARK_CAPTURE(BM_GemmQ, uint4, k::QType::UINT4)->Apply(q_args<10>);
+
 // Packing one layer's weights (load-time cost): bf16 and fp32 sources.
 void BM_Pack(benchmark::State& state) {
   const Shape& s = kShapes[state.range(0)];
@@ -219,6 +326,24 @@ BENCHMARK(BM_Pack)
     ->Args({2, 0})
     ->Args({2, 1})
     ->ArgNames({"shape", "f32"})
+    ->Unit(benchmark::kMillisecond);
+
+void BM_PackQ(benchmark::State& state) {
+  const auto t = state.range(1) == 0 ? k::QType::INT8 : k::QType::UINT4;
+  const int shape = static_cast<int>(state.range(0));
+  raw_qweight(shape, 0, t);
+  for (auto _ : state) {
+    auto w = pack_q(shape, 0, t);
+    benchmark::DoNotOptimize(w.bytes());
+  }
+  state.counters["params/s"] =
+      benchmark::Counter(static_cast<double>(kShapes[shape].N * kShapes[shape].K),
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PackQ)
+    ->Args({2, 0})
+    ->Args({2, 1})
+    ->ArgNames({"shape", "uint4"})
     ->Unit(benchmark::kMillisecond);
 
 // ------------------------------------------------------------ read bandwidth

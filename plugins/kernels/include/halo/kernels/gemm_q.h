@@ -3,13 +3,17 @@
 // halo_quantized_tensor in device_abi.h), pre-packed once at load.
 //
 // Arithmetic: each row of x is quantized on the fly to int8 in blocks of
-// min(group, 32) input elements (symmetric, one fp32 scale per block, as llama.cpp's
-// Q8_0 activations), then every block's integer dot product with the weight's
+// B = min(group, 32) input elements (symmetric, one fp32 scale per block, as llama.cpp's
+// Q8_0 activations): per block d = max|x| / 127, id = (d != 0 ? 1 / d : 0),
+// xq = round-half-even(x * id) clamped to [-127, 127] (all fp32), xs = d and
+// sum_b(xq) kept. Then every block's integer dot product with the weight's
 // integer values is scaled in fp32:
 //
 //   y[m, n] = sum_b  xs[m, b] * (ws[n, b] * dot_b(xq[m], q[n]) + wo[n, b] * sum_b(xq[m]))
 //
-// (ws/wo: the weight group's scale and offset, wo = 0 when symmetric). With
+// (ws/wo: the weight group's scale and offset, wo = 0 when symmetric),
+// evaluated per block as acc = fma(ws, float(dot) * xs, acc), then, with
+// offsets, acc = fma(wo, xs * float(sum), acc); the bias is added last. With
 // AVX512-VNNI (vpdpbusd) on the CPU the integer dots run 64 multiply-adds per
 // instruction; a portable C++ path computes the same sums otherwise.
 //
@@ -29,6 +33,14 @@ namespace halo::kernels {
 
 // True if the CPU executes AVX512-VNNI (vpdpbusd); the portable path runs otherwise.
 bool cpu_has_avx512_vnni();
+
+// The path gemm_q runs: "vnni" or "portable". The environment variable
+// HALO_CPU_GEMM_Q=portable (or HALO_KERNELS_SIMD=generic) forces the portable
+// path at start-up.
+const char* gemm_q_path();
+// Selects "vnni" (false if the CPU lacks it) or "portable". Switch only while
+// no gemm_q runs (tests, benchmarks).
+bool set_gemm_q_path(const char* name);
 
 // Integer type of a quantized weight's values (same numbers as halo_quant_type).
 enum class QType : uint8_t { INT8 = 1, UINT4 = 2 };

@@ -1,0 +1,774 @@
+// Quantized matmul (gemm_q.h) over weights packed once at load.
+//
+// Activations: each row of x becomes int8 blocks of B = min(group, 32)
+// elements with an fp32 scale and the integer sum of the block (quantize_row).
+//
+// Unsigned operand of vpdpbusd (u8 x s8): the weights. UINT4 values are
+// unsigned already; INT8 values are stored as u = q + 128 (q ^ 0x80) and the
+// kernel subtracts 128 * sum(xq) from the block's integer dot (exact in
+// int32). Keeping the activations signed keeps their quantization symmetric
+// (the documented Q8_0 rounding) and the sum is needed for offsets anyway.
+//
+// Packed layout. Output columns are cut into tiles of 16 (columns past N are
+// zero weights with zero scales). Per tile, two arrays:
+//  - values, K * 16 bytes (INT8) or K * 8 bytes (UINT4) per tile, B-block
+//    after B-block. A block is B/4 (INT8) or B/8 (UINT4) 64-byte chunks laid
+//    out [lane][4 bytes], i.e. exactly one vpdpbusd operand for 16 columns:
+//      INT8  chunk j:  byte (l, i) = q[16t + l][bB + 4j + i] + 128
+//      UINT4 chunk c:  low nibble of byte (l, i) = q[16t + l][bB + 4c + i],
+//                      high nibble = q[16t + l][bB + 4(c + B/8) + i]
+//    so 4-bit weights stay 4-bit in memory (one and, one shift + and in
+//    registers give the two operands) and stream half the bytes of INT8.
+//  - meta: per group (not per B-block: per-channel INT8 keeps one scale per
+//    column) 16 scales, then 16 offsets when the weight has any, stored as
+//    fp16 when every scale and offset of the weight is exactly an fp16 value
+//    (fp16 sources, and fp32 ones widened from fp16), else bf16 when exact in
+//    bf16, else fp32: the stored numbers are always exactly the source's, so
+//    only the activation quantization and fp32 summation differ from the
+//    documented formula.
+//
+// Kernels: MR (<= 4) rows x NB (<= 2) tiles of zmm accumulators. Per B-block
+// the integer dots start at 0, then are scaled into the fp32 accumulators as
+// documented in gemm_q.h. Every element's sequence of fp32 operations is the
+// same for any MR, NB, row place, thread and task split (K is never split),
+// and the portable kernel performs exactly the same operations (std::fma
+// where the VNNI kernel fuses), so both paths give the same bits.
+#include "halo/kernels/gemm_q.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
+#include "halo/kernels/kernels.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HALO_HAVE_VNNI_PATH 1
+// See simd.cpp: GCC 12's AVX-512 headers trip -Wuninitialized when inlined.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define HALO_TARGET_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#endif
+
+namespace halo::kernels {
+
+namespace {
+
+constexpr size_t kLanes = 16;  // columns per tile
+constexpr int kMaxMR = 4;      // rows per microkernel
+constexpr int kNB = 2;         // tiles per panel
+
+enum class ScaleKind : uint8_t { F16 = 0, BF16 = 1, F32 = 2 };
+constexpr size_t scale_size(ScaleKind s) { return s == ScaleKind::F32 ? 4 : 2; }
+
+inline size_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const noexcept { std::free(p); }
+};
+using AlignedBytes = std::unique_ptr<uint8_t, AlignedFree>;
+
+AlignedBytes aligned_bytes(size_t bytes) {
+  // Large weights on 2 MiB boundaries with huge pages asked for (as gemm_bf16).
+  const size_t align = bytes >= (size_t{4} << 20) ? (size_t{2} << 20) : 64;
+  const size_t total = std::max<size_t>(div_up(bytes, align) * align, align);
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(align, total));
+  if (p == nullptr) throw std::bad_alloc();
+#ifdef __linux__
+  if (align > 64) madvise(p, total, MADV_HUGEPAGE);  // a hint only
+#endif
+  return AlignedBytes(p);
+}
+
+// Everything the kernels need to walk a packed weight.
+struct QLayout {
+  QType type = QType::INT8;
+  size_t K = 0, N = 0, tiles = 0;
+  size_t blk = 0;   // B
+  size_t nblk = 0;  // K / B
+  size_t bpg = 0;   // B-blocks per group
+  size_t tile_vbytes = 0, tile_mbytes = 0, group_mbytes = 0;
+  ScaleKind sk = ScaleKind::F32;
+  bool has_off = false;
+  const uint8_t* values = nullptr;
+  const uint8_t* meta = nullptr;
+};
+
+float load_scale(const uint8_t* p, ScaleKind sk, size_t i) {
+  switch (sk) {
+    case ScaleKind::F16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return f16_to_f32(h);
+    }
+    case ScaleKind::BF16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return bf16_to_f32(h);
+    }
+    case ScaleKind::F32:
+      break;
+  }
+  float f;
+  std::memcpy(&f, p + 4 * i, 4);
+  return f;
+}
+
+float load_src_scale(const void* p, DType t, size_t i) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  switch (t) {
+    case DType::F16:
+      return load_scale(b, ScaleKind::F16, i);
+    case DType::BF16:
+      return load_scale(b, ScaleKind::BF16, i);
+    case DType::F32:
+      break;
+  }
+  return load_scale(b, ScaleKind::F32, i);
+}
+
+bool same_bits(float a, float b) { return f32_to_bits(a) == f32_to_bits(b); }
+
+// ------------------------------------------------------------ activations
+// One row of x to int8 blocks of B (see gemm_q.h). The rounding is done by
+// the 1.5 * 2^23 trick (round half to even in the default rounding mode,
+// exact for |v| <= 127), the same as vcvtps2dq, so every path gets the same q.
+void quantize_row_portable(const float* x, size_t K, size_t B, int8_t* q, float* s, int32_t* sum) {
+  constexpr float kMagic = 12582912.f;  // 1.5 * 2^23
+  for (size_t b = 0; b * B < K; ++b) {
+    const float* xb = x + b * B;
+    float amax = 0.f;
+    for (size_t i = 0; i < B; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    int32_t acc = 0;
+    for (size_t i = 0; i < B; ++i) {
+      // fmax/fmin first: NaN becomes -127 instead of undefined behaviour.
+      const float v = std::fmin(std::fmax(xb[i] * id, -127.f), 127.f);
+      const auto r = static_cast<int32_t>((v + kMagic) - kMagic);
+      q[b * B + i] = static_cast<int8_t>(r);
+      acc += r;
+    }
+    s[b] = d;
+    sum[b] = acc;
+  }
+}
+
+// ------------------------------------------------------------ microkernels
+// MR rows from row pointer arrays, NB tiles from the panel's first tile.
+struct QTile {
+  const QLayout* L;
+  const int8_t* xq;  // row 0's int8 values, rows ldq apart
+  const float* xs;   // row 0's block scales, rows ldb apart
+  const int32_t* xsum;
+  size_t ldq, ldb;
+  size_t tile0;  // first tile of the panel
+  float* y;      // row 0 at the panel's first column, rows ldy apart
+  size_t ldy;
+  const float* bias;  // at the panel's first column, or nullptr
+  unsigned tail;      // valid columns of the last tile (1..16)
+};
+
+using QKernelFn = void (*)(const QTile& t);
+
+// The portable kernel: integer dots exactly, then the fp32 steps of the
+// VNNI kernel in the same order.
+template <int MR, int NB>
+void qkernel_portable(const QTile& t) {
+  const QLayout& L = *t.L;
+  const size_t B = L.blk;
+  float acc[MR][NB][kLanes] = {};
+  for (size_t b = 0; b < L.nblk; ++b) {
+    const size_t g = b / L.bpg;
+    for (int n = 0; n < NB; ++n) {
+      const size_t tile = t.tile0 + static_cast<size_t>(n);
+      const uint8_t* meta = L.meta + tile * L.tile_mbytes + g * L.group_mbytes;
+      float ws[kLanes], wo[kLanes];
+      for (size_t l = 0; l < kLanes; ++l) {
+        ws[l] = load_scale(meta, L.sk, l);
+        wo[l] = L.has_off ? load_scale(meta, L.sk, kLanes + l) : 0.f;
+      }
+      // The block's 16 x B weights as integers, [lane][k].
+      int32_t w[kLanes][32];
+      if (L.type == QType::INT8) {
+        const uint8_t* v = L.values + tile * L.tile_vbytes + b * kLanes * B;
+        for (size_t j = 0; j < B / 4; ++j)
+          for (size_t l = 0; l < kLanes; ++l)
+            for (size_t i = 0; i < 4; ++i)
+              w[l][4 * j + i] = static_cast<int32_t>(v[j * 64 + l * 4 + i]) - 128;
+      } else {
+        const uint8_t* v = L.values + tile * L.tile_vbytes + b * kLanes * B / 2;
+        const size_t half = B / 8;
+        for (size_t c = 0; c < half; ++c)
+          for (size_t l = 0; l < kLanes; ++l)
+            for (size_t i = 0; i < 4; ++i) {
+              const uint8_t byte = v[c * 64 + l * 4 + i];
+              w[l][4 * c + i] = byte & 15;
+              w[l][4 * (c + half) + i] = byte >> 4;
+            }
+      }
+      for (int r = 0; r < MR; ++r) {
+        const int8_t* xq = t.xq + static_cast<size_t>(r) * t.ldq + b * B;
+        const float xs = t.xs[static_cast<size_t>(r) * t.ldb + b];
+        const float sx = xs * static_cast<float>(t.xsum[static_cast<size_t>(r) * t.ldb + b]);
+        for (size_t l = 0; l < kLanes; ++l) {
+          int32_t dot = 0;
+          for (size_t k = 0; k < B; ++k) dot += w[l][k] * xq[k];
+          float& a = acc[r][n][l];
+          a = std::fma(ws[l], static_cast<float>(dot) * xs, a);
+          if (L.has_off) a = std::fma(wo[l], sx, a);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int n = 0; n < NB; ++n) {
+      const size_t cols = n == NB - 1 ? t.tail : kLanes;
+      float* yp = t.y + static_cast<size_t>(r) * t.ldy + static_cast<size_t>(n) * kLanes;
+      for (size_t l = 0; l < cols; ++l)
+        yp[l] = t.bias != nullptr ? acc[r][n][l] + t.bias[n * kLanes + l] : acc[r][n][l];
+    }
+}
+
+// Tables indexed [MR - 1][NB - 1].
+struct QKernelSet {
+  QKernelFn k[kMaxMR][kNB];
+};
+
+template <template <int, int> class Make, int... I>
+constexpr QKernelSet make_qset(std::integer_sequence<int, I...>) {
+  QKernelSet s{};
+  ((s.k[I / kNB][I % kNB] = Make<I / kNB + 1, I % kNB + 1>::fn), ...);
+  return s;
+}
+
+template <int MR, int NB>
+struct MakePortable {
+  static constexpr QKernelFn fn = qkernel_portable<MR, NB>;
+};
+constexpr QKernelSet kPortableSet =
+    make_qset<MakePortable>(std::make_integer_sequence<int, kMaxMR * kNB>{});
+
+#ifdef HALO_HAVE_VNNI_PATH
+// The same steps as quantize_row_portable: max|x| (exact), the scalar d and
+// id, x * id clamped, vcvtps2dq (round half to even), so the same bits.
+HALO_TARGET_VNNI void quantize_row_avx512(const float* x, size_t K, size_t B, int8_t* q, float* s,
+                                          int32_t* sum) {
+  const __m512 lo = _mm512_set1_ps(-127.f), hi = _mm512_set1_ps(127.f);
+  for (size_t b = 0; b * B < K; ++b) {
+    const float* xb = x + b * B;
+    __m512 amax = _mm512_setzero_ps();
+    for (size_t i = 0; i < B; i += 16)
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xb + i)));
+    const float d = _mm512_reduce_max_ps(amax) / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    const __m512 idv = _mm512_set1_ps(id);
+    __m512i acc = _mm512_setzero_si512();
+    for (size_t i = 0; i < B; i += 16) {
+      const __m512 v =
+          _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xb + i), idv), lo), hi);
+      const __m512i r = _mm512_cvtps_epi32(v);
+      acc = _mm512_add_epi32(acc, r);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * B + i), _mm512_cvtepi32_epi8(r));
+    }
+    s[b] = d;
+    sum[b] = _mm512_reduce_add_epi32(acc);
+  }
+}
+
+// 16 scales (or offsets) of one group as fp32.
+template <ScaleKind SK>
+HALO_TARGET_VNNI inline __m512 load_scales16(const uint8_t* p) {
+  if constexpr (SK == ScaleKind::F32) {
+    return _mm512_loadu_ps(p);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (SK == ScaleKind::F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+inline int32_t load_x4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// MR rows x NB tiles. Per B-block: B/4 vpdpbusd per (row, tile) into int32
+// accumulators that start at 0, then the documented fp32 steps.
+template <QType QT, ScaleKind SK, size_t B, int MR, int NB>
+HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
+  const QLayout& L = *t.L;
+  constexpr size_t block_bytes = QT == QType::INT8 ? kLanes * B : kLanes * B / 2;
+  const size_t tvb = L.tile_vbytes;
+  const uint8_t* wv = L.values + t.tile0 * tvb;
+  const uint8_t* wm = L.meta + t.tile0 * L.tile_mbytes;
+  const bool has_off = L.has_off;
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512 acc[MR][NB];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int n = 0; n < NB; ++n) acc[r][n] = _mm512_setzero_ps();
+  const int8_t* xr[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) xr[r] = t.xq + static_cast<size_t>(r) * t.ldq;
+
+  // g: the block's group, counted instead of divided (a div per block shows).
+  for (size_t b = 0, g = 0, left = L.bpg; b < L.nblk; ++b) {
+    __m512i ia[MR][NB];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+      for (int n = 0; n < NB; ++n) ia[r][n] = _mm512_setzero_si512();
+    const uint8_t* vb = wv + b * block_bytes;
+    const size_t xoff = b * B;
+    if constexpr (QT == QType::INT8) {
+#pragma GCC unroll 8
+      for (size_t j = 0; j < B / 4; ++j) {
+        __m512i w[NB];
+#pragma GCC unroll 2
+        for (int n = 0; n < NB; ++n) w[n] = _mm512_load_si512(vb + n * tvb + j * 64);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+          const __m512i xv = _mm512_set1_epi32(load_x4(xr[r] + xoff + 4 * j));
+#pragma GCC unroll 2
+          for (int n = 0; n < NB; ++n) ia[r][n] = _mm512_dpbusd_epi32(ia[r][n], w[n], xv);
+        }
+      }
+    } else {
+      constexpr size_t half = B / 8;
+#pragma GCC unroll 4
+      for (size_t c = 0; c < half; ++c) {
+        __m512i wl[NB], wh[NB];
+#pragma GCC unroll 2
+        for (int n = 0; n < NB; ++n) {
+          const __m512i v = _mm512_load_si512(vb + n * tvb + c * 64);
+          wl[n] = _mm512_and_si512(v, low4);
+          wh[n] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+          const __m512i xl = _mm512_set1_epi32(load_x4(xr[r] + xoff + 4 * c));
+          const __m512i xh = _mm512_set1_epi32(load_x4(xr[r] + xoff + 4 * (c + half)));
+#pragma GCC unroll 2
+          for (int n = 0; n < NB; ++n) {
+            ia[r][n] = _mm512_dpbusd_epi32(ia[r][n], wl[n], xl);
+            ia[r][n] = _mm512_dpbusd_epi32(ia[r][n], wh[n], xh);
+          }
+        }
+      }
+    }
+    const uint8_t* gm = wm + g * L.group_mbytes;
+    if (--left == 0) ++g, left = L.bpg;
+    __m512 ws[NB], wo[NB];
+#pragma GCC unroll 2
+    for (int n = 0; n < NB; ++n) {
+      ws[n] = load_scales16<SK>(gm + n * L.tile_mbytes);
+      wo[n] = has_off ? load_scales16<SK>(gm + n * L.tile_mbytes + kLanes * scale_size(SK))
+                      : _mm512_setzero_ps();
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const float xs = t.xs[static_cast<size_t>(r) * t.ldb + b];
+      const int32_t xsum = t.xsum[static_cast<size_t>(r) * t.ldb + b];
+      const __m512 xsv = _mm512_set1_ps(xs);
+      const __m512 sxv = _mm512_set1_ps(xs * static_cast<float>(xsum));
+#pragma GCC unroll 2
+      for (int n = 0; n < NB; ++n) {
+        __m512i d = ia[r][n];
+        // Stored INT8 weights are q + 128.
+        if constexpr (QT == QType::INT8) d = _mm512_sub_epi32(d, _mm512_set1_epi32(xsum * 128));
+        acc[r][n] = _mm512_fmadd_ps(ws[n], _mm512_mul_ps(_mm512_cvtepi32_ps(d), xsv), acc[r][n]);
+        if (has_off) acc[r][n] = _mm512_fmadd_ps(wo[n], sxv, acc[r][n]);
+      }
+    }
+  }
+  const __mmask16 tail_mask = static_cast<__mmask16>((1u << t.tail) - 1u);
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int n = 0; n < NB; ++n) {
+      float* yp = t.y + static_cast<size_t>(r) * t.ldy + static_cast<size_t>(n) * kLanes;
+      const __mmask16 m = n == NB - 1 ? tail_mask : static_cast<__mmask16>(0xffff);
+      __m512 v = acc[r][n];
+      if (t.bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, t.bias + n * kLanes));
+      _mm512_mask_storeu_ps(yp, m, v);
+    }
+}
+
+template <QType QT, ScaleKind SK, size_t B>
+struct MakeVnni {
+  template <int MR, int NB>
+  struct K {
+    static constexpr QKernelFn fn = qkernel_vnni<QT, SK, B, MR, NB>;
+  };
+};
+
+// B is a template argument so the block's loop unrolls into straight code.
+template <QType QT, ScaleKind SK, size_t B>
+constexpr QKernelSet kVnniSet =
+    make_qset<MakeVnni<QT, SK, B>::template K>(std::make_integer_sequence<int, kMaxMR * kNB>{});
+
+template <QType QT, size_t B>
+constexpr const QKernelSet* kVnniBySk[3] = {&kVnniSet<QT, ScaleKind::F16, B>,
+                                            &kVnniSet<QT, ScaleKind::BF16, B>,
+                                            &kVnniSet<QT, ScaleKind::F32, B>};
+
+// Indexed [QType - 1][B == 32][ScaleKind].
+constexpr const QKernelSet* const* kVnniSets[2][2] = {
+    {kVnniBySk<QType::INT8, 16>, kVnniBySk<QType::INT8, 32>},
+    {kVnniBySk<QType::UINT4, 16>, kVnniBySk<QType::UINT4, 32>}};
+#endif
+
+// ------------------------------------------------------------ path selection
+std::atomic<bool>& vnni_selected() {
+  static std::atomic<bool> sel{[] {
+    if (!cpu_has_avx512_vnni()) return false;
+    const char* e = std::getenv("HALO_CPU_GEMM_Q");
+    if (e != nullptr && std::strcmp(e, "portable") == 0) return false;
+    const char* s = std::getenv("HALO_KERNELS_SIMD");
+    return !(s != nullptr && std::strcmp(s, "generic") == 0);
+  }()};
+  return sel;
+}
+
+const QKernelSet& kernel_set(const QLayout& L, bool vnni) {
+#ifdef HALO_HAVE_VNNI_PATH
+  if (vnni)
+    return *kVnniSets[L.type == QType::INT8 ? 0 : 1][L.blk == 32 ? 1 : 0][static_cast<int>(L.sk)];
+#else
+  (void)L;
+  (void)vnni;
+#endif
+  return kPortableSet;
+}
+
+// ------------------------------------------------------------ driver
+struct QPlan {
+  const QLayout* L;
+  const QKernelSet* kernels;
+  const int8_t* xq;
+  const float* xs;
+  const int32_t* xsum;
+  size_t ldq, ldb;
+  float* y;
+  size_t ldy;
+  const float* bias;
+  size_t panels;
+};
+
+// Rows [m0, m1) x panels [p0, p1): each panel's weights (NB tiles x K) stay
+// in L2 while every row tile passes over them.
+void run_q(const QPlan& pl, size_t m0, size_t m1, size_t p0, size_t p1) {
+  const QLayout& L = *pl.L;
+  const size_t rows = m1 - m0;
+  const size_t ntiles = div_up(rows, static_cast<size_t>(kMaxMR));
+  for (size_t p = p0; p < p1; ++p) {
+    const size_t tile0 = p * kNB;
+    const size_t nb = std::min<size_t>(kNB, L.tiles - tile0);
+    const size_t col0 = tile0 * kLanes;
+    QTile t{};
+    t.L = &L;
+    t.ldq = pl.ldq;
+    t.ldb = pl.ldb;
+    t.tile0 = tile0;
+    t.ldy = pl.ldy;
+    t.bias = pl.bias != nullptr ? pl.bias + col0 : nullptr;
+    t.tail = static_cast<unsigned>(std::min(nb * kLanes, L.N - col0) - (nb - 1) * kLanes);
+    // Row tiles of near-equal height (e.g. 17 rows as 4,4,3,3,3).
+    size_t m = m0;
+    for (size_t i = 0; i < ntiles; ++i) {
+      const size_t h = rows / ntiles + (i < rows % ntiles ? 1 : 0);
+      t.xq = pl.xq + m * pl.ldq;
+      t.xs = pl.xs + m * pl.ldb;
+      t.xsum = pl.xsum + m * pl.ldb;
+      t.y = pl.y + m * pl.ldy + col0;
+      pl.kernels->k[h - 1][nb - 1](t);
+      m += h;
+    }
+  }
+}
+
+}  // namespace
+
+struct PackedQWeight::Impl {
+  QLayout layout;
+  AlignedBytes values, meta;
+  size_t values_bytes = 0, meta_bytes = 0;
+};
+
+struct GemmQAccess {
+  static const QLayout& layout(const PackedQWeight& w) { return w.impl_->layout; }
+};
+
+bool cpu_has_avx512_vnni() {
+#ifdef HALO_HAVE_VNNI_PATH
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+const char* gemm_q_path() { return vnni_selected().load() ? "vnni" : "portable"; }
+
+bool set_gemm_q_path(const char* name) {
+  if (name == nullptr) return false;
+  if (std::strcmp(name, "portable") == 0) {
+    vnni_selected().store(false);
+    return true;
+  }
+  if (std::strcmp(name, "vnni") == 0 && cpu_has_avx512_vnni()) {
+    vnni_selected().store(true);
+    return true;
+  }
+  return false;
+}
+
+size_t PackedQWeight::bytes() const {
+  return impl_ == nullptr ? 0 : impl_->values_bytes + impl_->meta_bytes;
+}
+
+PackedQWeight PackedQWeight::pack(const std::vector<QuantSource>& sources, size_t K) {
+  auto fail = [](const std::string& m) {
+    throw std::invalid_argument("PackedQWeight::pack: " + m);
+  };
+  if (K == 0) fail("K must be > 0");
+  if (sources.empty()) fail("no sources");
+  const QType type = sources[0].type;
+  const size_t group = sources[0].group;
+  if (type != QType::INT8 && type != QType::UINT4) fail("unknown quantized type");
+  if (group == 0 || group % 16 != 0)
+    fail("group " + std::to_string(group) + " is not a positive multiple of 16");
+  if (K % group != 0)
+    fail("group " + std::to_string(group) + " does not divide K = " + std::to_string(K));
+  size_t N = 0;
+  bool has_off = false;
+  for (const QuantSource& s : sources) {
+    if (s.type != type) fail("sources of different quantized types");
+    if (s.group != group) fail("sources with different groups");
+    if (s.rows > 0 && (s.values == nullptr || s.scales == nullptr)) fail("null values or scales");
+    has_off = has_off || (s.offsets != nullptr && s.rows > 0);
+    N += s.rows;
+  }
+  if (N == 0) fail("no rows");
+
+  // The narrowest storage that holds every scale and offset exactly.
+  const size_t groups = K / group;
+  bool f16_ok = true, bf16_ok = true;
+  for (const QuantSource& s : sources) {
+    for (const void* arr : {s.scales, s.offsets}) {
+      if (arr == nullptr) continue;
+      for (size_t i = 0; i < s.rows * groups && (f16_ok || bf16_ok); ++i) {
+        const float v = load_src_scale(arr, s.scale_dtype, i);
+        f16_ok = f16_ok && same_bits(f16_to_f32(f32_to_f16(v)), v);
+        bf16_ok = bf16_ok && same_bits(bf16_to_f32(f32_to_bf16(v)), v);
+      }
+    }
+  }
+  auto impl = std::make_shared<Impl>();
+  QLayout& L = impl->layout;
+  L.type = type;
+  L.K = K;
+  L.N = N;
+  L.tiles = div_up(N, kLanes);
+  L.blk = std::min<size_t>(group, 32);
+  L.nblk = K / L.blk;
+  L.bpg = group / L.blk;
+  L.sk = f16_ok ? ScaleKind::F16 : bf16_ok ? ScaleKind::BF16 : ScaleKind::F32;
+  L.has_off = has_off;
+  L.tile_vbytes = type == QType::INT8 ? K * kLanes : K * kLanes / 2;
+  L.group_mbytes = kLanes * scale_size(L.sk) * (has_off ? 2 : 1);
+  L.tile_mbytes = groups * L.group_mbytes;
+  impl->values_bytes = L.tiles * L.tile_vbytes;
+  impl->meta_bytes = L.tiles * L.tile_mbytes;
+  impl->values = aligned_bytes(impl->values_bytes);
+  impl->meta = aligned_bytes(impl->meta_bytes);
+  uint8_t* vals = impl->values.get();
+  uint8_t* meta = impl->meta.get();
+  // Padding columns: q = 0 (stored 128 for INT8) with zero scales and offsets.
+  std::memset(vals, type == QType::INT8 ? 0x80 : 0, impl->values_bytes);
+  std::memset(meta, 0, impl->meta_bytes);
+
+  auto store_scale = [&](uint8_t* p, size_t i, float v) {
+    switch (L.sk) {
+      case ScaleKind::F16: {
+        const uint16_t h = f32_to_f16(v);
+        std::memcpy(p + 2 * i, &h, 2);
+        break;
+      }
+      case ScaleKind::BF16: {
+        const uint16_t h = f32_to_bf16(v);
+        std::memcpy(p + 2 * i, &h, 2);
+        break;
+      }
+      case ScaleKind::F32:
+        std::memcpy(p + 4 * i, &v, 4);
+        break;
+    }
+  };
+
+  const size_t B = L.blk;
+  size_t col = 0;
+  for (const QuantSource& s : sources) {
+    for (size_t r = 0; r < s.rows; ++r, ++col) {
+      const size_t tile = col / kLanes, l = col % kLanes;
+      uint8_t* tv = vals + tile * L.tile_vbytes;
+      if (type == QType::INT8) {
+        const auto* q = static_cast<const int8_t*>(s.values) + r * K;
+        for (size_t b = 0; b < L.nblk; ++b)
+          for (size_t j = 0; j < B / 4; ++j)
+            for (size_t i = 0; i < 4; ++i)
+              tv[b * kLanes * B + j * 64 + l * 4 + i] =
+                  static_cast<uint8_t>(static_cast<uint8_t>(q[b * B + 4 * j + i]) ^ 0x80u);
+      } else {
+        const auto* q = static_cast<const uint8_t*>(s.values) + r * K / 2;
+        auto elem = [&](size_t k) {
+          return static_cast<uint8_t>((q[k / 2] >> (4 * (k & 1))) & 15);
+        };
+        const size_t half = B / 8;
+        for (size_t b = 0; b < L.nblk; ++b)
+          for (size_t c = 0; c < half; ++c)
+            for (size_t i = 0; i < 4; ++i)
+              tv[b * kLanes * B / 2 + c * 64 + l * 4 + i] = static_cast<uint8_t>(
+                  elem(b * B + 4 * c + i) | (elem(b * B + 4 * (c + half) + i) << 4));
+      }
+      uint8_t* tm = meta + tile * L.tile_mbytes;
+      for (size_t g = 0; g < groups; ++g) {
+        store_scale(tm + g * L.group_mbytes, l,
+                    load_src_scale(s.scales, s.scale_dtype, r * groups + g));
+        if (has_off)
+          store_scale(tm + g * L.group_mbytes, kLanes + l,
+                      s.offsets != nullptr
+                          ? load_src_scale(s.offsets, s.scale_dtype, r * groups + g)
+                          : 0.f);
+      }
+    }
+  }
+  L.values = vals;
+  L.meta = meta;
+
+  PackedQWeight pw;
+  pw.n_ = N;
+  pw.k_ = K;
+  pw.group_ = group;
+  pw.type_ = type;
+  pw.impl_ = std::move(impl);
+  return pw;
+}
+
+void gemm_q(ThreadPool& pool, const float* x, size_t M, size_t ldx, const PackedQWeight& w,
+            const float* bias, float* y, size_t ldy, GemmQScratch& scratch) {
+  if (M == 0 || w.N() == 0) return;
+  const QLayout& L = GemmQAccess::layout(w);
+  const size_t K = L.K, B = L.blk, nblk = L.nblk;
+  if (scratch.xq.size() < M * K) scratch.xq.resize(M * K);
+  if (scratch.xs.size() < M * nblk) scratch.xs.resize(M * nblk);
+  if (scratch.xsum.size() < M * nblk) scratch.xsum.resize(M * nblk);
+  int8_t* xq = scratch.xq.data();
+  float* xs = scratch.xs.data();
+  int32_t* xsum = scratch.xsum.data();
+  const size_t threads = static_cast<size_t>(pool.size());
+  const bool vnni = vnni_selected().load(std::memory_order_relaxed);
+  auto quantize = [&](size_t m) {
+#ifdef HALO_HAVE_VNNI_PATH
+    if (vnni)
+      return quantize_row_avx512(x + m * ldx, K, B, xq + m * K, xs + m * nblk, xsum + m * nblk);
+#endif
+    quantize_row_portable(x + m * ldx, K, B, xq + m * K, xs + m * nblk, xsum + m * nblk);
+  };
+  if (M == 1 || threads == 1) {
+    for (size_t m = 0; m < M; ++m) quantize(m);
+  } else {
+    const size_t tasks = std::min(M, threads * 4);
+    pool.parallel_for(tasks, [&](size_t i, int) {
+      for (size_t m = M * i / tasks; m < M * (i + 1) / tasks; ++m) quantize(m);
+    });
+  }
+
+  QPlan pl{};
+  pl.L = &L;
+  pl.kernels = &kernel_set(L, vnni);
+  pl.xq = xq;
+  pl.xs = xs;
+  pl.xsum = xsum;
+  pl.ldq = K;
+  pl.ldb = nblk;
+  pl.y = y;
+  pl.ldy = ldy;
+  pl.bias = bias;
+  pl.panels = div_up(L.tiles, static_cast<size_t>(kNB));
+  const size_t panels = pl.panels;
+
+  if (M <= static_cast<size_t>(kMaxMR)) {
+    // Decode: one row tile, every weight byte read once; a few contiguous
+    // panel ranges per thread.
+    const size_t tasks = std::min(panels, threads == 1 ? 1 : threads * 4);
+    pool.parallel_for(tasks, [&](size_t i, int) {
+      run_q(pl, 0, M, panels * i / tasks, panels * (i + 1) / tasks);
+    });
+    return;
+  }
+  // Prefill: split rows too when there are too few panels for the threads.
+  const size_t want = threads * 8;
+  size_t row_blocks = panels >= want ? 1 : div_up(want, panels);
+  size_t rows_per = div_up(div_up(M, row_blocks), static_cast<size_t>(kMaxMR)) * kMaxMR;
+  rows_per = std::max<size_t>(rows_per, 8 * kMaxMR);
+  row_blocks = div_up(M, rows_per);
+  if (row_blocks == 1) {
+    const size_t tasks = std::min(panels, threads == 1 ? 1 : threads * 4);
+    pool.parallel_for(tasks, [&](size_t i, int) {
+      run_q(pl, 0, M, panels * i / tasks, panels * (i + 1) / tasks);
+    });
+    return;
+  }
+  pool.parallel_for(panels * row_blocks, [&](size_t i, int) {
+    const size_t p = i / row_blocks, rb = i % row_blocks;
+    const size_t m0 = rb * rows_per;
+    run_q(pl, m0, std::min(M, m0 + rows_per), p, p + 1);
+  });
+}
+
+void dequantize(const QuantSource& src, size_t K, float* dst) {
+  if (src.group == 0 || K % src.group != 0)
+    throw std::invalid_argument("dequantize: group must divide K");
+  const size_t groups = K / src.group;
+  for (size_t r = 0; r < src.rows; ++r) {
+    for (size_t k = 0; k < K; ++k) {
+      const size_t gi = r * groups + k / src.group;
+      int32_t q;
+      if (src.type == QType::INT8) {
+        q = static_cast<const int8_t*>(src.values)[r * K + k];
+      } else {
+        const uint8_t byte = static_cast<const uint8_t*>(src.values)[r * (K / 2) + k / 2];
+        q = (byte >> (4 * (k & 1))) & 15;
+      }
+      const float s = load_src_scale(src.scales, src.scale_dtype, gi);
+      const float o =
+          src.offsets != nullptr ? load_src_scale(src.offsets, src.scale_dtype, gi) : 0.f;
+      // Two roundings, as the formula reads (the file has no contraction).
+      const float sq = s * static_cast<float>(q);
+      dst[r * K + k] = sq + o;
+    }
+  }
+}
+
+}  // namespace halo::kernels
