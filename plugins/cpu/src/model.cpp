@@ -142,7 +142,7 @@ struct LinearBuilder {
   bool use_onednn;
   size_t n16 = 0, nf16 = 0, nf32 = 0, packed_bytes = 0;
   // Quantized weights as given (values, scales, offsets), by type.
-  size_t q_int8_bytes = 0, q_uint4_bytes = 0;
+  size_t q_int8_bytes = 0, q_uint4_bytes = 0, q_packed_bytes = 0;
   bool any_bf16_matmul = false;  // some projection rounds its inputs to bf16 (v1.3 compute_dtype)
   bool any_int8_matmul = false;  // some projection runs gemm_q (inputs rounded to int8)
 
@@ -201,7 +201,7 @@ struct LinearBuilder {
       for (size_t i = 0; i < n; ++i) src.push_back(quant_source(*ps[i].q));
       g.kind = Linear::Kind::kQuant;
       g.qpacked = kernels::PackedQWeight::pack(src, K);
-      packed_bytes += g.qpacked.bytes();
+      q_packed_bytes += g.qpacked.bytes();
       any_int8_matmul = true;
       return g;
     }
@@ -303,11 +303,11 @@ std::string quantized_note(const halo_executable& exe, const LinearBuilder& lb) 
   std::string types;
   if (lb.q_int8_bytes) types += mb(lb.q_int8_bytes) + " int8";
   if (lb.q_uint4_bytes) types += (types.empty() ? "" : ", ") + mb(lb.q_uint4_bytes) + " uint4";
-  const char* how = !lb.dequantize() ? kernels::cpu_has_avx512_vnni() ? "avx512-vnni int8 GEMM"
-                                                                      : "portable int8 GEMM"
-                    : exe.fast       ? "dequantized to fp32 at load (dtype float32)"
-                                     : "dequantized to fp32 at load";
-  return cat("; quantized weights (", types, ") on the ", how);
+  if (!lb.dequantize())
+    return cat("; quantized weights (", types, "; ", mb(lb.q_packed_bytes), " packed) on the ",
+               kernels::cpu_has_avx512_vnni() ? "avx512-vnni" : "portable", " int8 GEMM");
+  return cat("; quantized weights (", types, ") dequantized to fp32 at load",
+             exe.fast ? " (dtype float32)" : "");
 }
 
 // One line on what runs, since the choice changes speed and numerics.
