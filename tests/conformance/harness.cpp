@@ -966,7 +966,12 @@ std::vector<std::vector<int32_t>> make_prompts(const Session& s, std::vector<int
 // default tolerance"): fp32 kernels <= 7e-7; bf16 (cpu bf16 GEMM + bf16 KV,
 // rbln weights compiled to bf16) 5e-3 to 1.1e-2; fp16 weights <= 1.7e-3. Each
 // bound is ~2-3x the worst case seen; fp32's 1e-3 leaves room for another
-// summation order. fp8 and int8 run on no plugin here: a loose bound that
+// summation order. int8 (ABI v1.4 quantized weights, compared with the
+// reference on the dequantized weights, so only activation rounding counts):
+// the cpu plugin's gemm_q, activations rounded to int8 in blocks of 32, gives
+// 0.010 to 0.034 over the suite's 15 quantized cases (0.011 to 0.034 with an
+// fp32 KV cache: the int8 rounding dominates, bf16 KV adds nothing visible);
+// 8e-2 is ~2.4x the worst. fp8 runs on no plugin here: a loose bound that
 // still catches wrong arithmetic. A vendor who knows better passes --tolerance.
 double dtype_tolerance(int32_t d) {
   switch (d) {
@@ -974,7 +979,7 @@ double dtype_tolerance(int32_t d) {
     case HALO_COMPUTE_DTYPE_FP16: return 5e-3;
     case HALO_COMPUTE_DTYPE_BF16: return 2e-2;
     case HALO_COMPUTE_DTYPE_FP8: return 1e-1;
-    case HALO_COMPUTE_DTYPE_INT8: return 1e-1;
+    case HALO_COMPUTE_DTYPE_INT8: return 8e-2;
     default: return 0;
   }
 }
