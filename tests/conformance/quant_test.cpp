@@ -59,6 +59,8 @@ struct QuantCase {
   QuantScheme scheme;
 };
 
+void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.family << "/" << c.scheme.name; }
+
 class QuantizedGolden : public Conformance, public testing::WithParamInterface<QuantCase> {};
 
 TEST_P(QuantizedGolden, MatchesDequantizedReference) {
