@@ -129,8 +129,8 @@ QuantRow quantize_ref(const float* x, size_t K, size_t B) {
 
 // Every path this machine can run.
 std::vector<const char*> paths() {
-  std::vector<const char*> p{"portable"};
-  if (k::cpu_has_avx512_vnni()) p.push_back("vnni");
+  std::vector<const char*> p{"portable", "portable-baseline"};
+  if (k::cpu_has_avx512_vnni()) p.insert(p.end(), {"vnni", "vnni-nogfni"});
   return p;
 }
 
@@ -240,15 +240,17 @@ TEST(GemmQ, MatchesReferenceOnEveryPath) {
 }
 
 TEST(GemmQ, PathsGiveTheSameBits) {
-  if (!k::cpu_has_avx512_vnni()) GTEST_SKIP() << "CPU lacks avx512_vnni";
+  if (!k::cpu_has_avx512_vnni()) GTEST_SKIP() << "CPU lacks avx512_vnni";  // all paths below
   for (const Case& c : kCases)
     for (size_t M : {1, 5, 17}) {
       const auto a = run_and_check(c, M, "portable", 2);
-      const auto b = run_and_check(c, M, "vnni", 2);
-      ASSERT_FALSE(HasFailure());
-      ASSERT_EQ(a.size(), b.size());
-      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
-          << name(c) << " M " << M;
+      for (const char* p : {"portable-baseline", "vnni", "vnni-nogfni"}) {
+        const auto b = run_and_check(c, M, p, 2);
+        ASSERT_FALSE(HasFailure());
+        ASSERT_EQ(a.size(), b.size());
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+            << name(c) << " M " << M << " " << p;
+      }
     }
 }
 
@@ -364,6 +366,13 @@ TEST(GemmQ, PathSelection) {
   EXPECT_STREQ(k::gemm_q_path(), "portable");
   EXPECT_EQ(k::set_gemm_q_path("vnni"), k::cpu_has_avx512_vnni());
   EXPECT_STREQ(k::gemm_q_path(), k::cpu_has_avx512_vnni() ? "vnni" : "portable");
+  EXPECT_TRUE(k::set_gemm_q_path("portable-baseline"));
+  EXPECT_STREQ(k::gemm_q_path(), "portable-baseline");
+  EXPECT_EQ(k::set_gemm_q_path("vnni-nogfni"), k::cpu_has_avx512_vnni());
+  if (k::cpu_has_avx512_vnni()) {
+    EXPECT_STREQ(k::gemm_q_path(), "vnni-nogfni");
+  }
+  k::set_gemm_q_path(k::cpu_has_avx512_vnni() ? "vnni" : "portable");
 }
 
 }  // namespace

@@ -59,6 +59,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define HALO_TARGET_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define HALO_TARGET_VNNI_GFNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,gfni")))
 #endif
 
 namespace halo::kernels {
@@ -182,55 +184,67 @@ struct QTile {
 
 using QKernelFn = void (*)(const QTile& t);
 
-// The portable kernel: integer dots exactly, then the fp32 steps of the
-// VNNI kernel in the same order.
+// x's 4 bytes at p repeated for the 16 lanes of a 64-byte chunk.
+inline void repeat_x4(const int8_t* p, int8_t* out) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  uint32_t rep[kLanes];
+  for (size_t l = 0; l < kLanes; ++l) rep[l] = v;
+  std::memcpy(out, rep, sizeof rep);
+}
+
+// The portable kernel: integer dots exactly (element-wise over the packed
+// 64-byte chunks, so the compiler vectorises them; lanes summed at the end of
+// the block), then the fp32 steps of the VNNI kernel in the same order.
 template <int MR, int NB>
-void qkernel_portable(const QTile& t) {
+[[gnu::always_inline]] inline void qkernel_portable_body(const QTile& t) {
   const QLayout& L = *t.L;
   const size_t B = L.blk;
+  const size_t block_bytes = L.type == QType::INT8 ? kLanes * B : kLanes * B / 2;
   float acc[MR][NB][kLanes] = {};
-  for (size_t b = 0; b < L.nblk; ++b) {
-    const size_t g = b / L.bpg;
+  for (size_t b = 0, g = 0, left = L.bpg; b < L.nblk; ++b) {
     for (int n = 0; n < NB; ++n) {
       const size_t tile = t.tile0 + static_cast<size_t>(n);
       const uint8_t* meta = L.meta + tile * L.tile_mbytes + g * L.group_mbytes;
+      const uint8_t* v = L.values + tile * L.tile_vbytes + b * block_bytes;
       float ws[kLanes], wo[kLanes];
       for (size_t l = 0; l < kLanes; ++l) {
         ws[l] = load_scale(meta, L.sk, l);
         wo[l] = L.has_off ? load_scale(meta, L.sk, kLanes + l) : 0.f;
       }
-      // The block's 16 x B weights as integers, [lane][k].
-      int32_t w[kLanes][32];
-      if (L.type == QType::INT8) {
-        const uint8_t* v = L.values + tile * L.tile_vbytes + b * kLanes * B;
-        for (size_t j = 0; j < B / 4; ++j)
-          for (size_t l = 0; l < kLanes; ++l)
-            for (size_t i = 0; i < 4; ++i)
-              w[l][4 * j + i] = static_cast<int32_t>(v[j * 64 + l * 4 + i]) - 128;
-      } else {
-        const uint8_t* v = L.values + tile * L.tile_vbytes + b * kLanes * B / 2;
-        const size_t half = B / 8;
-        for (size_t c = 0; c < half; ++c)
-          for (size_t l = 0; l < kLanes; ++l)
-            for (size_t i = 0; i < 4; ++i) {
-              const uint8_t byte = v[c * 64 + l * 4 + i];
-              w[l][4 * c + i] = byte & 15;
-              w[l][4 * (c + half) + i] = byte >> 4;
-            }
-      }
       for (int r = 0; r < MR; ++r) {
         const int8_t* xq = t.xq + static_cast<size_t>(r) * t.ldq + b * B;
+        int32_t a64[64] = {};  // [lane][i] as in the chunks
+        int8_t x0[64], x1[64];
+        if (L.type == QType::INT8) {
+          for (size_t j = 0; j < B / 4; ++j) {
+            repeat_x4(xq + 4 * j, x0);
+            const uint8_t* c = v + j * 64;
+            for (size_t e = 0; e < 64; ++e)
+              a64[e] += (static_cast<int32_t>(c[e]) - 128) * static_cast<int32_t>(x0[e]);
+          }
+        } else {
+          const size_t half = B / 8;
+          for (size_t j = 0; j < half; ++j) {
+            repeat_x4(xq + 4 * j, x0);
+            repeat_x4(xq + 4 * (j + half), x1);
+            const uint8_t* c = v + j * 64;
+            for (size_t e = 0; e < 64; ++e)
+              a64[e] += static_cast<int32_t>(c[e] & 15) * static_cast<int32_t>(x0[e]) +
+                        static_cast<int32_t>(c[e] >> 4) * static_cast<int32_t>(x1[e]);
+          }
+        }
         const float xs = t.xs[static_cast<size_t>(r) * t.ldb + b];
         const float sx = xs * static_cast<float>(t.xsum[static_cast<size_t>(r) * t.ldb + b]);
         for (size_t l = 0; l < kLanes; ++l) {
-          int32_t dot = 0;
-          for (size_t k = 0; k < B; ++k) dot += w[l][k] * xq[k];
+          const int32_t dot = a64[4 * l] + a64[4 * l + 1] + a64[4 * l + 2] + a64[4 * l + 3];
           float& a = acc[r][n][l];
           a = std::fma(ws[l], static_cast<float>(dot) * xs, a);
           if (L.has_off) a = std::fma(wo[l], sx, a);
         }
       }
     }
+    if (--left == 0) ++g, left = L.bpg;
   }
   for (int r = 0; r < MR; ++r)
     for (int n = 0; n < NB; ++n) {
@@ -240,6 +254,22 @@ void qkernel_portable(const QTile& t) {
         yp[l] = t.bias != nullptr ? acc[r][n][l] + t.bias[n * kLanes + l] : acc[r][n][l];
     }
 }
+
+template <int MR, int NB>
+void qkernel_portable(const QTile& t) {
+  qkernel_portable_body<MR, NB>(t);
+}
+
+#ifdef HALO_HAVE_VNNI_PATH
+// The same C++ built for AVX2 + FMA (most x86-64 CPUs without AVX512-VNNI):
+// the integer loops vectorise 32 bytes wide and std::fma is one instruction
+// instead of a libm call, with the same results.
+#define HALO_HAVE_AVX2_PATH 1
+template <int MR, int NB>
+__attribute__((target("avx2,fma,f16c"))) void qkernel_portable_avx2(const QTile& t) {
+  qkernel_portable_body<MR, NB>(t);
+}
+#endif
 
 // Tables indexed [MR - 1][NB - 1].
 struct QKernelSet {
@@ -259,6 +289,23 @@ struct MakePortable {
 };
 constexpr QKernelSet kPortableSet =
     make_qset<MakePortable>(std::make_integer_sequence<int, kMaxMR * kNB>{});
+#ifdef HALO_HAVE_AVX2_PATH
+template <int MR, int NB>
+struct MakePortableAvx2 {
+  static constexpr QKernelFn fn = qkernel_portable_avx2<MR, NB>;
+};
+constexpr QKernelSet kPortableAvx2Set =
+    make_qset<MakePortableAvx2>(std::make_integer_sequence<int, kMaxMR * kNB>{});
+
+bool cpu_has_avx2_fma() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }();
+  return has;
+}
+#endif
 
 #ifdef HALO_HAVE_VNNI_PATH
 // The same steps as quantize_row_portable: max|x| (exact), the scalar d and
@@ -305,9 +352,28 @@ inline int32_t load_x4(const int8_t* p) {
   return v;
 }
 
+// Software prefetch distance in bytes for the M=1 kernels (0 = off): on Zen4
+// 1 and 4 KiB ahead halved the DRAM-bound rate, the hardware prefetchers do
+// better alone.
+#ifndef HALO_GEMMQ_PREFETCH
+#define HALO_GEMMQ_PREFETCH 0
+#endif
+constexpr size_t kPrefetchBytes = HALO_GEMMQ_PREFETCH;
+
 // MR rows x NB tiles. Per B-block: B/4 vpdpbusd per (row, tile) into int32
 // accumulators that start at 0, then the documented fp32 steps.
-template <QType QT, ScaleKind SK, size_t B, int MR, int NB>
+// High nibbles of every byte, zero-extended: one gf2p8affineqb (bit i of the
+// result = bit i + 4 of the byte) where the CPU has GFNI, else shift + and.
+template <bool Gfni>
+HALO_TARGET_VNNI_GFNI inline __m512i high_nibbles(__m512i v, __m512i low4) {
+  if constexpr (Gfni) {
+    return _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x1020408000000000ll), 0);
+  } else {
+    return _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+  }
+}
+
+template <QType QT, ScaleKind SK, size_t B, bool Gfni, int MR, int NB>
 HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
   const QLayout& L = *t.L;
   constexpr size_t block_bytes = QT == QType::INT8 ? kLanes * B : kLanes * B / 2;
@@ -334,6 +400,13 @@ HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
       for (int n = 0; n < NB; ++n) ia[r][n] = _mm512_setzero_si512();
     const uint8_t* vb = wv + b * block_bytes;
     const size_t xoff = b * B;
+    if constexpr (MR == 1 && kPrefetchBytes > 0) {
+#pragma GCC unroll 2
+      for (int n = 0; n < NB; ++n)
+        for (size_t o = 0; o < block_bytes; o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(vb + n * tvb + kPrefetchBytes + o),
+                       _MM_HINT_T0);
+    }
     if constexpr (QT == QType::INT8) {
 #pragma GCC unroll 8
       for (size_t j = 0; j < B / 4; ++j) {
@@ -356,7 +429,7 @@ HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
         for (int n = 0; n < NB; ++n) {
           const __m512i v = _mm512_load_si512(vb + n * tvb + c * 64);
           wl[n] = _mm512_and_si512(v, low4);
-          wh[n] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+          wh[n] = high_nibbles<Gfni>(v, low4);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < MR; ++r) {
@@ -408,49 +481,71 @@ HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
     }
 }
 
-template <QType QT, ScaleKind SK, size_t B>
+template <QType QT, ScaleKind SK, size_t B, bool Gfni>
 struct MakeVnni {
   template <int MR, int NB>
   struct K {
-    static constexpr QKernelFn fn = qkernel_vnni<QT, SK, B, MR, NB>;
+    static constexpr QKernelFn fn = qkernel_vnni<QT, SK, B, Gfni, MR, NB>;
   };
 };
 
 // B is a template argument so the block's loop unrolls into straight code.
-template <QType QT, ScaleKind SK, size_t B>
-constexpr QKernelSet kVnniSet =
-    make_qset<MakeVnni<QT, SK, B>::template K>(std::make_integer_sequence<int, kMaxMR * kNB>{});
+template <QType QT, ScaleKind SK, size_t B, bool Gfni>
+constexpr QKernelSet kVnniSet = make_qset<MakeVnni<QT, SK, B, Gfni>::template K>(
+    std::make_integer_sequence<int, kMaxMR * kNB>{});
 
-template <QType QT, size_t B>
-constexpr const QKernelSet* kVnniBySk[3] = {&kVnniSet<QT, ScaleKind::F16, B>,
-                                            &kVnniSet<QT, ScaleKind::BF16, B>,
-                                            &kVnniSet<QT, ScaleKind::F32, B>};
+template <QType QT, size_t B, bool Gfni>
+constexpr const QKernelSet* kVnniBySk[3] = {&kVnniSet<QT, ScaleKind::F16, B, Gfni>,
+                                            &kVnniSet<QT, ScaleKind::BF16, B, Gfni>,
+                                            &kVnniSet<QT, ScaleKind::F32, B, Gfni>};
 
-// Indexed [QType - 1][B == 32][ScaleKind].
-constexpr const QKernelSet* const* kVnniSets[2][2] = {
-    {kVnniBySk<QType::INT8, 16>, kVnniBySk<QType::INT8, 32>},
-    {kVnniBySk<QType::UINT4, 16>, kVnniBySk<QType::UINT4, 32>}};
+// Indexed [kind][B == 32][ScaleKind]; kind: INT8, UINT4, UINT4 with GFNI.
+constexpr const QKernelSet* const* kVnniSets[3][2] = {
+    {kVnniBySk<QType::INT8, 16, false>, kVnniBySk<QType::INT8, 32, false>},
+    {kVnniBySk<QType::UINT4, 16, false>, kVnniBySk<QType::UINT4, 32, false>},
+    {kVnniBySk<QType::UINT4, 16, true>, kVnniBySk<QType::UINT4, 32, true>}};
+
+bool cpu_has_gfni() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("gfni");
+  }();
+  return has;
+}
 #endif
 
 // ------------------------------------------------------------ path selection
-std::atomic<bool>& vnni_selected() {
-  static std::atomic<bool> sel{[] {
-    if (!cpu_has_avx512_vnni()) return false;
+// The path in use: portable (the C++ kernels, built for AVX2 + FMA when the
+// CPU has them), vnni, and for tests: vnni without GFNI (CPUs such as Cascade
+// Lake have VNNI but no GFNI), the C++ kernels built for baseline x86-64.
+enum class QPath : int { Portable = 0, Vnni = 1, VnniNoGfni = 2, PortableBaseline = 3 };
+
+std::atomic<QPath>& selected_path() {
+  static std::atomic<QPath> sel{[] {
+    if (!cpu_has_avx512_vnni()) return QPath::Portable;
     const char* e = std::getenv("HALO_CPU_GEMM_Q");
-    if (e != nullptr && std::strcmp(e, "portable") == 0) return false;
+    if (e != nullptr && std::strcmp(e, "portable") == 0) return QPath::Portable;
     const char* s = std::getenv("HALO_KERNELS_SIMD");
-    return !(s != nullptr && std::strcmp(s, "generic") == 0);
+    if (s != nullptr && std::strcmp(s, "generic") == 0) return QPath::Portable;
+    return QPath::Vnni;
   }()};
   return sel;
 }
 
-const QKernelSet& kernel_set(const QLayout& L, bool vnni) {
+const QKernelSet& kernel_set(const QLayout& L, QPath path) {
+#ifdef HALO_HAVE_AVX2_PATH
+  if (path == QPath::Portable && cpu_has_avx2_fma()) return kPortableAvx2Set;
+#endif
 #ifdef HALO_HAVE_VNNI_PATH
-  if (vnni)
-    return *kVnniSets[L.type == QType::INT8 ? 0 : 1][L.blk == 32 ? 1 : 0][static_cast<int>(L.sk)];
+  if (path == QPath::Vnni || path == QPath::VnniNoGfni) {
+    const bool gfni = path == QPath::Vnni && cpu_has_gfni();
+    return *kVnniSets[L.type == QType::INT8 ? 0
+                      : gfni                ? 2
+                                            : 1][L.blk == 32 ? 1 : 0][static_cast<int>(L.sk)];
+  }
 #else
   (void)L;
-  (void)vnni;
+  (void)path;
 #endif
   return kPortableSet;
 }
@@ -528,16 +623,37 @@ bool cpu_has_avx512_vnni() {
 #endif
 }
 
-const char* gemm_q_path() { return vnni_selected().load() ? "vnni" : "portable"; }
+const char* gemm_q_path() {
+  switch (selected_path().load()) {
+    case QPath::Vnni:
+      return "vnni";
+    case QPath::VnniNoGfni:
+      return "vnni-nogfni";
+    case QPath::PortableBaseline:
+      return "portable-baseline";
+    case QPath::Portable:
+      break;
+  }
+  return "portable";
+}
 
 bool set_gemm_q_path(const char* name) {
   if (name == nullptr) return false;
   if (std::strcmp(name, "portable") == 0) {
-    vnni_selected().store(false);
+    selected_path().store(QPath::Portable);
     return true;
   }
-  if (std::strcmp(name, "vnni") == 0 && cpu_has_avx512_vnni()) {
-    vnni_selected().store(true);
+  if (std::strcmp(name, "portable-baseline") == 0) {
+    selected_path().store(QPath::PortableBaseline);
+    return true;
+  }
+  if (!cpu_has_avx512_vnni()) return false;
+  if (std::strcmp(name, "vnni") == 0) {
+    selected_path().store(QPath::Vnni);
+    return true;
+  }
+  if (std::strcmp(name, "vnni-nogfni") == 0) {
+    selected_path().store(QPath::VnniNoGfni);
     return true;
   }
   return false;
@@ -687,7 +803,8 @@ void gemm_q(ThreadPool& pool, const float* x, size_t M, size_t ldx, const Packed
   float* xs = scratch.xs.data();
   int32_t* xsum = scratch.xsum.data();
   const size_t threads = static_cast<size_t>(pool.size());
-  const bool vnni = vnni_selected().load(std::memory_order_relaxed);
+  const QPath path = selected_path().load(std::memory_order_relaxed);
+  const bool vnni = path == QPath::Vnni || path == QPath::VnniNoGfni;
   auto quantize = [&](size_t m) {
 #ifdef HALO_HAVE_VNNI_PATH
     if (vnni)
@@ -706,7 +823,7 @@ void gemm_q(ThreadPool& pool, const float* x, size_t M, size_t ldx, const Packed
 
   QPlan pl{};
   pl.L = &L;
-  pl.kernels = &kernel_set(L, vnni);
+  pl.kernels = &kernel_set(L, path);
   pl.xq = xq;
   pl.xs = xs;
   pl.xsum = xsum;

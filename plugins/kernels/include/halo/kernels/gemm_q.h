@@ -34,12 +34,15 @@ namespace halo::kernels {
 // True if the CPU executes AVX512-VNNI (vpdpbusd); the portable path runs otherwise.
 bool cpu_has_avx512_vnni();
 
-// The path gemm_q runs: "vnni" or "portable". The environment variable
-// HALO_CPU_GEMM_Q=portable (or HALO_KERNELS_SIMD=generic) forces the portable
-// path at start-up.
+// The path gemm_q runs: "vnni" or "portable" (the C++ kernels, built for
+// AVX2 + FMA when the CPU has them); tests may also choose "vnni-nogfni" (the
+// VNNI kernels without GFNI's nibble unpack, as on CPUs that lack it) and
+// "portable-baseline" (the C++ kernels built for baseline x86-64). All give
+// the same bits. The environment variable HALO_CPU_GEMM_Q=portable (or
+// HALO_KERNELS_SIMD=generic) forces the portable path at start-up.
 const char* gemm_q_path();
-// Selects "vnni" (false if the CPU lacks it) or "portable". Switch only while
-// no gemm_q runs (tests, benchmarks).
+// Selects one of the paths above by name; false if the CPU cannot run it.
+// Switch only while no gemm_q runs (tests, benchmarks).
 bool set_gemm_q_path(const char* name);
 
 // Integer type of a quantized weight's values (same numbers as halo_quant_type).
