@@ -305,7 +305,7 @@ std::string quantized_note(const halo_executable& exe, const LinearBuilder& lb) 
   if (lb.q_uint4_bytes) types += (types.empty() ? "" : ", ") + mb(lb.q_uint4_bytes) + " uint4";
   if (!lb.dequantize())
     return cat("; quantized weights (", types, "; ", mb(lb.q_packed_bytes), " packed) on the ",
-               kernels::cpu_has_avx512_vnni() ? "avx512-vnni" : "portable", " int8 GEMM");
+               kernels::gemm_q_path(), " int8 GEMM");
   return cat("; quantized weights (", types, ") dequantized to fp32 at load",
              exe.fast ? " (dtype float32)" : "");
 }
