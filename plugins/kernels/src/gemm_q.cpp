@@ -1,7 +1,7 @@
 // Quantized matmul (gemm_q.h) over weights packed once at load.
 //
-// Activations: each row of x becomes int8 blocks of B = min(group, 32)
-// elements with an fp32 scale and the integer sum of the block (quantize_row).
+// Activations: each row of x becomes int8 blocks of B = 32 elements (16 when
+// the group is not a multiple of 32: B must divide the group) with an fp32 scale and the integer sum of the block (quantize_row).
 //
 // Unsigned operand of vpdpbusd (u8 x s8): the weights. UINT4 values are
 // unsigned already; INT8 values are stored as u = q + 128 (q ^ 0x80) and the
@@ -706,7 +706,8 @@ PackedQWeight PackedQWeight::pack(const std::vector<QuantSource>& sources, size_
   L.K = K;
   L.N = N;
   L.tiles = div_up(N, kLanes);
-  L.blk = std::min<size_t>(group, 32);
+  // B divides the group (a multiple of 16): min(group, 32) would not for 48, 80, ...
+  L.blk = group % 32 == 0 ? 32 : 16;
   L.nblk = K / L.blk;
   L.bpg = group / L.blk;
   L.sk = f16_ok ? ScaleKind::F16 : bf16_ok ? ScaleKind::BF16 : ScaleKind::F32;

@@ -3,7 +3,7 @@
 // halo_quantized_tensor in device_abi.h), pre-packed once at load.
 //
 // Arithmetic: each row of x is quantized on the fly to int8 in blocks of
-// B = min(group, 32) input elements (symmetric, one fp32 scale per block, as llama.cpp's
+// B = 32 input elements (16 when group is not a multiple of 32) (symmetric, one fp32 scale per block, as llama.cpp's
 // Q8_0 activations): per block d = max|x| / 127, id = (d != 0 ? 1 / d : 0),
 // xq = round-half-even(x * id) clamped to [-127, 127] (all fp32), xs = d and
 // sum_b(xq) kept. Then every block's integer dot product with the weight's
