@@ -1311,11 +1311,18 @@ Config quant_cfg() {
   return c;
 }
 
-TEST(Quantized, FastPathMatchesReferencePath) {
-  // Same quantized weights: the fast path (gemm_q, activations rounded to
-  // int8, bf16 KV) against the reference path (dequantized to fp32 at load),
-  // which in turn equals the reference path on the dequantized fp32 weights.
-  const TestModel m(quant_cfg());
+class QuantizedPaths : public ::testing::TestWithParam<int> {};
+
+// Same quantized weights: the fast path (gemm_q, activations rounded to
+// int8, bf16 KV) against the reference path (dequantized to fp32 at load),
+// which in turn equals the reference path on the dequantized fp32 weights.
+// Intermediate size 96 and 80: down_proj is int8 per channel, so its group
+// is 96 (a multiple of 32) or 80 (a multiple of 16 only, where gemm_q's
+// activation blocks must be 16 wide).
+TEST_P(QuantizedPaths, FastPathMatchesReferencePath) {
+  Config c = quant_cfg();
+  c.inter = GetParam();
+  const TestModel m(c);
   const QuantizedModel q(m);
   std::string why;
   Runner* r = nullptr;
@@ -1342,6 +1349,9 @@ TEST(Quantized, FastPathMatchesReferencePath) {
   EXPECT_EQ(r->limits.compute_dtype, HALO_COMPUTE_DTYPE_FP32);
   for (size_t i = 0; i < ref.size(); ++i) EXPECT_LT(rel_err(f32[i], ref[i]), 1e-4) << "row " << i;
 }
+
+INSTANTIATE_TEST_SUITE_P(Quantized, QuantizedPaths, ::testing::Values(96, 80),
+                         [](const auto& info) { return "inter" + std::to_string(info.param); });
 
 TEST(Quantized, FastPathIsBitwiseBatchInvariant) {
   Config c = quant_cfg();
