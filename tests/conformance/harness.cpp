@@ -381,6 +381,8 @@ std::vector<QuantScheme> quant_schemes() {
   std::vector<QuantScheme> out;
   out.push_back({"int8_channel_f32", {HALO_QUANT_INT8, 0, false, f32}, {}});
   out.push_back({"int8_g32_f16", {HALO_QUANT_INT8, 32, false, f16}, {}});
+  out.push_back(
+      {"int8_g48_f32", {HALO_QUANT_INT8, 48, false, f32}, {}});  // a multiple of 16, not of 32
   out.push_back({"uint4_g32_f16", {HALO_QUANT_UINT4, 32, true, f16}, {}});
   out.push_back({"uint4_g32_f32", {HALO_QUANT_UINT4, 32, true, f32}, {}});
   out.push_back({"uint4_g32_bf16", {HALO_QUANT_UINT4, 32, true, bf16}, {}});
@@ -969,10 +971,10 @@ std::vector<std::vector<int32_t>> make_prompts(const Session& s, std::vector<int
 // summation order. int8 (ABI v1.4 quantized weights, compared with the
 // reference on the dequantized weights, so only activation rounding counts):
 // the cpu plugin's gemm_q, activations rounded to int8 in blocks of 32, gives
-// 0.010 to 0.034 over the suite's 15 quantized cases (0.011 to 0.034 with an
-// fp32 KV cache: the int8 rounding dominates, bf16 KV adds nothing visible);
-// 8e-2 is ~2.4x the worst. fp8 runs on no plugin here: a loose bound that
-// still catches wrong arithmetic. A vendor who knows better passes --tolerance.
+// 0.010 to 0.029 over the suite's 16 quantized cases, the same with an fp32 KV
+// cache or bf16 plain weights (the int8 rounding dominates), and up to 0.034
+// on narrower models (hidden 64); 8e-2 is ~2.4x the worst. fp8 runs on no plugin here: a loose
+// bound that still catches wrong arithmetic. A vendor who knows better passes --tolerance.
 double dtype_tolerance(int32_t d) {
   switch (d) {
     case HALO_COMPUTE_DTYPE_FP32: return 1e-3;

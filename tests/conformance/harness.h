@@ -133,7 +133,7 @@ struct QuantScheme {
   uint32_t types() const;  // HALO_DTYPE_BIT of every type it uses
   std::optional<QuantFormat> format_for(const std::string& weight) const;
 };
-// int8 per channel (fp32 scales), int8 group 32 (fp16), uint4 group 32 with
+// int8 per channel (fp32 scales), int8 group 32 (fp16) and 48 (fp32), uint4 group 32 with
 // offsets (fp16, fp32, bf16) and a mixed one (uint4 q/k, int8 v and down,
 // up_proj plain, as GGUF Q4_K_M mixes types within q|k|v and gate|up).
 std::vector<QuantScheme> quant_schemes();

@@ -15,14 +15,20 @@ namespace conf {
 namespace {
 
 // The quantized tests' models: every matmul's K (hidden, heads * head_dim,
-// intermediate) a multiple of 32, so that group 32 divides it.
+// intermediate) a multiple of 96, so that groups 32 and 48 divide it.
 ModelConfig quant_config(const std::string& fam) {
   ModelConfig c = family(fam);
-  c.hidden = 64;
-  c.inter = 96;
-  c.head_dim = c.heads * 16 % 32 == 0 ? 16 : 32;
+  c.hidden = 96;
+  c.inter = 192;
+  c.head_dim = 96 / c.heads;    // 24 or 32: even
   c.dtype = preferred_dtype();  // of the weights left plain (embedding, norms, biases)
   return c;
+}
+
+QuantScheme scheme_named(const std::string& name) {
+  for (const QuantScheme& q : quant_schemes())
+    if (q.name == name) return q;
+  throw std::logic_error("no quantization scheme " + name);
 }
 
 std::string type_names(uint32_t types) {
@@ -148,7 +154,8 @@ TEST_F(Quantized, OutsideTheDeclaredLayoutsRefused) {
   }
   if (uses_compile())
     GTEST_SKIP() << "prepares raw weights directly; this plugin runs compiled models only";
-  const QuantScheme scheme = quant_schemes()[(declared & HALO_DTYPE_BIT(HALO_QUANT_INT8)) ? 1 : 2];
+  const QuantScheme scheme =
+      scheme_named((declared & HALO_DTYPE_BIT(HALO_QUANT_INT8)) ? "int8_g32_f16" : "uint4_g32_f16");
   const Model m(quant_config("llama"), &scheme);
   const std::string p0 = std::string(HALO_WEIGHT_LAYER_PREFIX) + "0.";
   const std::string q0 = p0 + HALO_WEIGHT_Q_PROJ, k0 = p0 + HALO_WEIGHT_K_PROJ;
@@ -158,7 +165,7 @@ TEST_F(Quantized, OutsideTheDeclaredLayoutsRefused) {
                  prepare_with(m, std::move(plain), std::move(q)), {HALO_STATUS_INVALID_ARGUMENT},
                  name, CONTRACT_QUANT_REFUSED);
   };
-  for (int32_t g : {24, 48, 0}) {  // not a multiple of 16; not dividing K = 64; not positive
+  for (int32_t g : {24, 64, 0}) {  // not a multiple of 16; not dividing K = 96; not positive
     auto q = m.quantized;
     entry(q, q0).group_size = g;
     refused(q0 + " group_size " + std::to_string(g), m.plain, q, q0);
@@ -201,7 +208,7 @@ TEST_F(Quantized, OutsideTheDeclaredLayoutsRefused) {
 TEST_F(Conformance, VersionPrepareArgsOfV13) {
   if (uses_compile())
     GTEST_SKIP() << "prepares raw weights directly; this plugin runs compiled models only";
-  QuantScheme scheme = quant_schemes()[1];
+  const QuantScheme scheme = scheme_named("int8_g32_f16");
   const Model m(quant_config("llama"), &scheme);
   SessionOptions o;
   o.weights = &m.weights;
