@@ -46,8 +46,13 @@ constexpr Shape kShapes[] = {{"qkv", 2048, 2560},
                              {"down", 5632, 2048},
                              {"gate", 2048, 5632}};  // shape 4: gemm_q comparison only
 
+// 2 threads; HALO_BENCH_THREADS=1 gives per-core figures whose CPU time is
+// the whole cost (useful on a shared machine, where real time is noisy).
 k::ThreadPool& pool() {
-  static k::ThreadPool p(2);
+  static k::ThreadPool p([] {
+    const char* e = std::getenv("HALO_BENCH_THREADS");
+    return e != nullptr && std::atoi(e) > 0 ? std::atoi(e) : 2;
+  }());
   return p;
 }
 

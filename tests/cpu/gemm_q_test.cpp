@@ -174,7 +174,7 @@ std::vector<float> run_and_check(const Case& c, size_t M, const char* path, int 
   k::GemmQScratch scratch;
   k::gemm_q(pool, x.data(), M, ldx, w, bias.data(), y.data(), ldy, scratch);
 
-  const size_t B = std::min<size_t>(c.group, 32);
+  const size_t B = c.group % 32 == 0 ? 32 : 16;
   std::vector<std::pair<const QSrc*, size_t>> col;
   for (const auto& s : srcs)
     for (size_t r = 0; r < s.rows; ++r) col.push_back({&s, r});
@@ -226,6 +226,8 @@ const Case kCases[] = {
     {k::QType::UINT4, 128, 512, k::DType::F32, true},
     {k::QType::UINT4, 128, 384, k::DType::F16, false},
     {k::QType::UINT4, 16, 96, k::DType::BF16, true},  // B = 16
+    {k::QType::INT8, 48, 96, k::DType::F16, true},    // B = 16: 32 does not divide 48
+    {k::QType::UINT4, 80, 80, k::DType::F32, false},  // per channel, K = 80
 };
 
 TEST(GemmQ, MatchesReferenceOnEveryPath) {

@@ -1,7 +1,8 @@
 // Quantized matmul (gemm_q.h) over weights packed once at load.
 //
 // Activations: each row of x becomes int8 blocks of B = 32 elements (16 when
-// the group is not a multiple of 32: B must divide the group) with an fp32 scale and the integer sum of the block (quantize_row).
+// the group is not a multiple of 32: B must divide the group) with an fp32
+// scale and the integer sum of the block (quantize_row_*).
 //
 // Unsigned operand of vpdpbusd (u8 x s8): the weights. UINT4 values are
 // unsigned already; INT8 values are stored as u = q + 128 (q ^ 0x80) and the
@@ -17,8 +18,9 @@
 //      INT8  chunk j:  byte (l, i) = q[16t + l][bB + 4j + i] + 128
 //      UINT4 chunk c:  low nibble of byte (l, i) = q[16t + l][bB + 4c + i],
 //                      high nibble = q[16t + l][bB + 4(c + B/8) + i]
-//    so 4-bit weights stay 4-bit in memory (one and, one shift + and in
-//    registers give the two operands) and stream half the bytes of INT8.
+//    so 4-bit weights stay 4-bit in memory (an and, and a gf2p8affineqb or
+//    shift + and in registers give the two operands) and stream half the
+//    bytes of INT8.
 //  - meta: per group (not per B-block: per-channel INT8 keeps one scale per
 //    column) 16 scales, then 16 offsets when the weight has any, stored as
 //    fp16 when every scale and offset of the weight is exactly an fp16 value
@@ -59,8 +61,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define HALO_TARGET_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
-#define HALO_TARGET_VNNI_GFNI \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,gfni")))
 #endif
 
 namespace halo::kernels {
@@ -168,7 +168,7 @@ void quantize_row_portable(const float* x, size_t K, size_t B, int8_t* q, float*
 }
 
 // ------------------------------------------------------------ microkernels
-// MR rows from row pointer arrays, NB tiles from the panel's first tile.
+// MR rows (ldq / ldb apart) x NB tiles from the panel's first tile.
 struct QTile {
   const QLayout* L;
   const int8_t* xq;  // row 0's int8 values, rows ldq apart
@@ -364,11 +364,16 @@ constexpr size_t kPrefetchBytes = HALO_GEMMQ_PREFETCH;
 // accumulators that start at 0, then the documented fp32 steps.
 // High nibbles of every byte, zero-extended: one gf2p8affineqb (bit i of the
 // result = bit i + 4 of the byte) where the CPU has GFNI, else shift + and.
+// Inline asm, so the kernels need no gfni target (a function with a wider
+// target would not inline into them) and the Gfni = false ones contain none.
 template <bool Gfni>
-HALO_TARGET_VNNI_GFNI inline __m512i high_nibbles(__m512i v, __m512i low4) {
+HALO_TARGET_VNNI inline __m512i high_nibbles(__m512i v, __m512i low4, __m512i gf_matrix) {
   if constexpr (Gfni) {
-    return _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x1020408000000000ll), 0);
+    __m512i r;
+    __asm__("vgf2p8affineqb $0, %2, %1, %0" : "=v"(r) : "v"(v), "v"(gf_matrix));
+    return r;
   } else {
+    (void)gf_matrix;
     return _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
   }
 }
@@ -382,6 +387,7 @@ HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
   const uint8_t* wm = L.meta + t.tile0 * L.tile_mbytes;
   const bool has_off = L.has_off;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const __m512i gf_matrix = _mm512_set1_epi64(0x1020408000000000ll);
   __m512 acc[MR][NB];
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r)
@@ -429,7 +435,7 @@ HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
         for (int n = 0; n < NB; ++n) {
           const __m512i v = _mm512_load_si512(vb + n * tvb + c * 64);
           wl[n] = _mm512_and_si512(v, low4);
-          wh[n] = high_nibbles<Gfni>(v, low4);
+          wh[n] = high_nibbles<Gfni>(v, low4, gf_matrix);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < MR; ++r) {
@@ -706,8 +712,7 @@ PackedQWeight PackedQWeight::pack(const std::vector<QuantSource>& sources, size_
   L.K = K;
   L.N = N;
   L.tiles = div_up(N, kLanes);
-  // B divides the group (a multiple of 16): min(group, 32) would not for 48, 80, ...
-  L.blk = group % 32 == 0 ? 32 : 16;
+  L.blk = group % 32 == 0 ? 32 : 16;  // divides the group (e.g. per-channel K = 1040)
   L.nblk = K / L.blk;
   L.bpg = group / L.blk;
   L.sk = f16_ok ? ScaleKind::F16 : bf16_ok ? ScaleKind::BF16 : ScaleKind::F32;

@@ -3,7 +3,8 @@
 // halo_quantized_tensor in device_abi.h), pre-packed once at load.
 //
 // Arithmetic: each row of x is quantized on the fly to int8 in blocks of
-// B = 32 input elements (16 when group is not a multiple of 32) (symmetric, one fp32 scale per block, as llama.cpp's
+// B = 32 input elements (16 when group is not a multiple of 32, so that B
+// divides the group) (symmetric, one fp32 scale per block, as llama.cpp's
 // Q8_0 activations): per block d = max|x| / 127, id = (d != 0 ? 1 / d : 0),
 // xq = round-half-even(x * id) clamped to [-127, 127] (all fp32), xs = d and
 // sum_b(xq) kept. Then every block's integer dot product with the weight's
@@ -94,6 +95,8 @@ struct GemmQScratch {
 // y[m, n] = the formula above (+ bias[n] if bias != nullptr) for m < M, n < N.
 // x: [M, K] fp32 with row stride ldx; y: [M, N] fp32 with row stride ldy, must
 // not alias x. Runs on the pool; allocates nothing once scratch has grown.
+// x must be finite: a NaN or infinity gives unspecified (not necessarily NaN)
+// values in its row.
 void gemm_q(ThreadPool& pool, const float* x, size_t M, size_t ldx, const PackedQWeight& w,
             const float* bias, float* y, size_t ldy, GemmQScratch& scratch);
 
