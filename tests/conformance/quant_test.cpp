@@ -147,6 +147,7 @@ class Quantized : public Conformance {
 
 TEST_F(Quantized, OutsideTheDeclaredLayoutsRefused) {
   const uint32_t declared = props().quant_types;
+  // Needs one declared type (the lowest bit set), whichever it is.
   const std::string no = why_not(api(), props(), declared ? declared & (0u - declared) : 1u);
   if (!no.empty()) {
     std::cout << "[ quant ] refusals skipped: " << no << "\n";
@@ -191,7 +192,7 @@ TEST_F(Quantized, OutsideTheDeclaredLayoutsRefused) {
   refused(q0 + " of type " + std::to_string(undeclared) + " (" + halo_quant_type_name(undeclared) +
               "), not declared",
           m.plain, q, q0);
-  // embed_tokens is never quantized (nor a norm): a [vocab, hidden] tensor under its name.
+  // embed_tokens is never quantized (nor is a norm): q_proj's tensor under its name.
   q = m.quantized;
   halo_quantized_tensor embed = *m.find_quantized(q0);
   embed.name = HALO_WEIGHT_EMBED_TOKENS;
