@@ -1,7 +1,8 @@
 // Matmul micro-benchmarks on TinyLlama-shaped layers: the packed bf16 kernel
 // (gemm_bf16) against the old fp32-activation matmul_nt over bf16 weights
 // and, when built with oneDNN, oneDNN's bf16 matmul with pre-packed weights
-// (the same-run baseline). Counters: FLOP/s and weight bytes/s.
+// (the same-run baseline), and the quantized gemm_q (int8 / uint4, group 32)
+// on the same shapes. Counters: FLOP/s and weight bytes/s.
 //
 // Args: shape, M, copies. copies > 1 cycles through that many different
 // weight matrices (> 2x L3 in all) so that M=1 reads its weights from DRAM;
