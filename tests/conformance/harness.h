@@ -114,14 +114,45 @@ struct ModelConfig {
 std::vector<ModelConfig> model_families();
 ModelConfig family(const std::string& name);
 
+// ABI v1.4: how the suite quantizes a projection [rows, K]: groups of `group`
+// inputs (0: one group per row, group = K), symmetric (q in [-127, 127], no
+// offsets; INT8 only) or asymmetric (min/max over the group mapped onto the
+// type's range, with offsets), scales and offsets rounded to scale_dtype.
+struct QuantFormat {
+  int32_t type = HALO_QUANT_INT8;  // halo_quant_type
+  int group = 32;
+  bool asymmetric = false;
+  DLDataType scale_dtype{kDLFloat, 32, 1};
+};
+struct QuantScheme {
+  std::string name;
+  QuantFormat format;  // every projection's (q/k/v/o, gate/up/down, an untied lm_head) ...
+  // ... except those whose name ends in a suffix listed here: another format,
+  // or std::nullopt to leave it plain (a fused projection mixing formats).
+  std::vector<std::pair<std::string, std::optional<QuantFormat>>> overrides;
+  uint32_t types() const;  // HALO_DTYPE_BIT of every type it uses
+  std::optional<QuantFormat> format_for(const std::string& weight) const;
+};
+// int8 per channel (fp32 scales), int8 group 32 (fp16) and 48 (fp32), uint4 group 32 with
+// offsets (fp16, fp32, bf16) and a mixed one (uint4 q/k, int8 v and down,
+// up_proj plain, as GGUF Q4_K_M mixes types within q|k|v and gate|up).
+std::vector<QuantScheme> quant_schemes();
+
 class Model {
  public:
-  explicit Model(const ModelConfig& c);
+  // With `quant`, the projections are quantized with it: `weights` then holds
+  // their dequantized values in fp32 (the reference runs those), `plain` the
+  // other weights and `quantized` the quantized tensors (the plugin under test
+  // runs these two).
+  explicit Model(const ModelConfig& c, const QuantScheme* quant = nullptr);
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
   const ModelConfig cfg;
   halo_model_spec spec{};
   std::vector<halo_named_tensor> weights;  // views into one arena with byte offsets
+  std::vector<halo_named_tensor> plain;    // weights not in quantized
+  std::vector<halo_quantized_tensor> quantized;
+  const halo_quantized_tensor* find_quantized(const std::string& name) const;
 
  private:
   struct T {
@@ -130,9 +161,18 @@ class Model {
     DLDataType dtype{};
     size_t offset = 0;
   };
+  struct Q {  // one quantized tensor's storage
+    std::string name;
+    std::vector<int64_t> vshape, sshape;
+    std::vector<uint8_t> values, scales, offsets;
+    DLTensor v{}, s{}, o{};
+  };
+  void quantize(const std::string& name, const QuantFormat& f, std::vector<float>& w, int64_t rows,
+                int64_t K);
   std::vector<T> tensors_;
   std::vector<uint64_t> arena_;
   std::vector<DLTensor> dl_;
+  std::vector<std::unique_ptr<Q>> q_;
 };
 
 // ----------------------------------------------------------------- sessions
@@ -164,6 +204,11 @@ struct SessionOptions {
   OptionList compile_options;
   bool use_settings_options = true;
   size_t limits_size = 0;      // halo_limits.struct_size to pass (0: ours); an older caller's is smaller
+  // v1.4: prepare (and compile) get these weights instead of the model's
+  // (with the quantized ones, the model's plain and quantized lists).
+  const std::vector<halo_named_tensor>* weights = nullptr;
+  const std::vector<halo_quantized_tensor>* quantized = nullptr;
+  size_t prepare_args_size = 0;  // halo_prepare_args.struct_size to pass (0: ours)
 };
 // Opens device `index` of `lib`, prepares `m` and creates a KV cache.
 // On failure returns std::nullopt and sets *status.

@@ -37,7 +37,7 @@ constexpr const char* kUsage =
   --tolerance X            logits tolerance: max|a-b| / max(1, max|reference|) for every model
                            (default: per prepared model, from the compute dtype its prepare reports,
                            ABI v1.3 limits.compute_dtype: fp32 1e-3, fp16 5e-3, bf16 2e-2,
-                           fp8 and int8 1e-1; older plugins: inferred from kv_cache_dtype)
+                           int8 8e-2, fp8 1e-1; older plugins: inferred from kv_cache_dtype)
   --model-dtype D          weights of the generated models: fp32, bf16 or fp16 (default: the first
                            the device claims, fp32 before bf16 before fp16)
   --filter PATTERN         run only matching tests (= --gtest_filter)

@@ -23,6 +23,8 @@ std::optional<Session> session_for(const Lib& lib, const Model& m, const Proposa
   return make_session(lib, &lib == &plugin() ? settings().device : 0, m, o, st);
 }
 
+}  // namespace
+
 // Reference session agreeing with `under_test`'s limits (block size of its own choice).
 std::optional<Session> reference_like(const Session& under_test, const Model& m, Status* st) {
   Proposal p;
@@ -35,6 +37,8 @@ std::optional<Session> reference_like(const Session& under_test, const Model& m,
   o.device_options = {{"threads", "1"}};
   return make_session(*reference(), 0, m, o, st);
 }
+
+namespace {
 
 // =================================================================== golden
 

@@ -31,6 +31,10 @@ namespace conf {
 #define CONTRACT_TP "[contract: tensor parallel equals one chip]"
 #define CONTRACT_LIFETIME "[contract: lifetime]"
 #define CONTRACT_OPTIONS "[contract: unknown options are refused, naming them (v1.3)]"
+#define CONTRACT_QUANT "[contract: quantized weights run as their dequantized values (v1.4)]"
+#define CONTRACT_QUANT_REFUSED                                                                \
+  "[contract: quantized weights outside the declared layouts are refused, naming the weight " \
+  "(v1.4)]"
 
 class Conformance : public testing::Test {
  protected:
@@ -58,6 +62,10 @@ class Conformance : public testing::Test {
 const Model& tiny_model();
 // Session on the plugin under test with the tiny model; fails the test when it cannot be made.
 std::optional<Session> tiny_session(const Proposal& p = {}, int num_blocks = 0);
+
+// A session of the CPU reference plugin on `m` agreeing with `under_test`'s
+// limits (its own block size); the reference must exist.
+std::optional<Session> reference_like(const Session& under_test, const Model& m, Status* st);
 
 // Runs `call` in a forked child (crash detection) and in-process, and checks it
 // returns an error with one of `codes` and a non-empty message naming `hint`.

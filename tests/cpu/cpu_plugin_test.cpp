@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "halo/kernels/dtype.h"
@@ -88,6 +89,8 @@ TEST(CpuPluginDevice, CountAndProperties) {
   // v1.3 device facts: an fp32 or bf16 KV cache; the option dtype takes float32 and bfloat16.
   EXPECT_EQ(p.kv_cache_dtypes, HALO_DTYPE_BIT(HALO_KV_DTYPE_FP32) | HALO_DTYPE_BIT(HALO_KV_DTYPE_BF16));
   EXPECT_EQ(p.compute_dtypes, HALO_DTYPE_BIT(HALO_COMPUTE_DTYPE_FP32) | HALO_DTYPE_BIT(HALO_COMPUTE_DTYPE_BF16));
+  // v1.4: int8 and uint4 quantized weights.
+  EXPECT_EQ(p.quant_types, HALO_DTYPE_BIT(HALO_QUANT_INT8) | HALO_DTYPE_BIT(HALO_QUANT_UINT4));
   EXPECT_EQ(p.struct_size, sizeof p);
 }
 
@@ -793,10 +796,13 @@ Config paging_cfg();  // below, with the paging tests
 
 // Runs a 21-token prefill and 3 decode steps and returns every logits row,
 // or nothing (with the prepare message in *why) when prepare refused.
-std::vector<std::vector<float>> run_short(const TestModel& m, std::vector<halo_option> options,
-                                          Runner** out_runner, std::string* why) {
+std::vector<std::vector<float>> run_short(
+    const TestModel& m, std::vector<halo_option> options, Runner** out_runner, std::string* why,
+    const std::vector<halo_named_tensor>* weights = nullptr,
+    const std::vector<halo_quantized_tensor>* quantized = nullptr) {
   static std::unique_ptr<Runner> keep;
-  keep = std::make_unique<Runner>(m, 2, 16, 8, std::move(options));
+  keep.reset();
+  keep = std::make_unique<Runner>(m, 2, 16, 8, std::move(options), weights, quantized);
   if (out_runner) *out_runner = keep.get();
   if (!keep->kv) {
     *why = keep->prepare_status.message;
@@ -1136,29 +1142,26 @@ TEST(Paging, PaddingSlotsAreNotWritten) {
   for (int i = 0; i < 2; ++i) EXPECT_EQ(la[i], lb[i]) << i;
 }
 
-TEST(Paging, Bf16FastPathIsBitwiseBatchInvariant) {
-  // The fast path (bf16 GEMM, bf16 KV, tiled attention) must give a sequence
-  // bitwise the same logits whatever else shares its step and however its
-  // prompt is chunked: greedy decoding must not depend on load.
-  Config c = paging_cfg();
-  c.wt = WeightType::BF16;
-  c.hidden = 96;
-  c.head_dim = 16;
-  c.inter = 200;
-  c.vocab = 301;
-  c.layers = 3;
-  TestModel m(c);
+// The fast path must give a sequence bitwise the same logits whatever else
+// shares its step and however its prompt is chunked: greedy decoding must not
+// depend on load. `weights`/`quantized`: prepare's, when not m's (ABI v1.4).
+void expect_bitwise_batch_invariant(const TestModel& m,
+                                    const std::vector<halo_named_tensor>* weights = nullptr,
+                                    const std::vector<halo_quantized_tensor>* quantized = nullptr) {
   KernelPath fast("fast");
+  const Config& c = m.cfg;
   const auto tokens = random_tokens(70, c.vocab, 21);
-  Runner whole_r(m, 2, 16, 64), chunk_r(m, 2, 16, 64), mixed_r(m, 2, 16, 64);
-  Seq a, b, x, y;
-  a.tokens = b.tokens = x.tokens = tokens;
-  a.blocks = {0, 1, 2, 3, 4};
+  Runner whole_r(m, 2, 16, 64, {}, weights, quantized),
+      chunk_r(m, 2, 16, 64, {}, weights, quantized), mixed_r(m, 2, 16, 64, {}, weights, quantized),
+      one_thread(m, 1, 16, 64, {}, weights, quantized);
+  Seq a, b, x, y, z;
+  a.tokens = b.tokens = x.tokens = z.tokens = tokens;
+  a.blocks = z.blocks = {0, 1, 2, 3, 4};
   b.blocks = {9, 3, 14, 6, 1};
   x.blocks = {20, 21, 22, 23, 24};
   y.tokens = random_tokens(60, c.vocab, 22);
   y.blocks = {30, 31, 32, 33};
-  std::vector<std::vector<float>> whole, chunked, part, mixed;
+  std::vector<std::vector<float>> whole, chunked, part, mixed, single;
   ASSERT_EQ(run_step(whole_r, {{&a, 66, true}}, &whole).code, HALO_STATUS_OK);
   for (int n : {7, 17, 16, 26}) {  // chunks that cut blocks
     ASSERT_EQ(run_step(chunk_r, {{&b, n, true}}, &part).code, HALO_STATUS_OK);
@@ -1166,6 +1169,8 @@ TEST(Paging, Bf16FastPathIsBitwiseBatchInvariant) {
   }
   ASSERT_EQ(chunked.size(), whole.size());
   for (size_t i = 0; i < whole.size(); ++i) EXPECT_EQ(chunked[i], whole[i]) << "prompt token " << i;
+  ASSERT_EQ(run_step(one_thread, {{&z, 66, true}}, &single).code, HALO_STATUS_OK);
+  EXPECT_EQ(single, whole) << "1 thread against 2";
   // In a mixed step: x prefills beside y's prefill, then decodes beside y.
   ASSERT_EQ(run_step(mixed_r, {{&y, 50}, {&x, 66, true}}, &mixed).code, HALO_STATUS_OK);
   ASSERT_EQ(mixed.size(), 67u);
@@ -1177,6 +1182,227 @@ TEST(Paging, Bf16FastPathIsBitwiseBatchInvariant) {
     ASSERT_EQ(run_step(mixed_r, {{&y, 1}, {&x, 1}}, &both).code, HALO_STATUS_OK);
     EXPECT_EQ(both.at(1), alone.at(0)) << "decode step " << d;
   }
+}
+
+TEST(Paging, Bf16FastPathIsBitwiseBatchInvariant) {
+  // bf16 GEMM, bf16 KV, tiled attention.
+  Config c = paging_cfg();
+  c.wt = WeightType::BF16;
+  c.hidden = 96;
+  c.head_dim = 16;
+  c.inter = 200;
+  c.vocab = 301;
+  c.layers = 3;
+  TestModel m(c);
+  expect_bitwise_batch_invariant(m);
+}
+
+// ------------------------------------------------- quantized weights (v1.4)
+
+// A TestModel's projections quantized the way GGUF Q4_K_M mixes types: q, k,
+// gate and lm_head uint4 group 32 with offsets (fp16), v int8 group 16
+// (fp16), o and down int8 per channel (fp32), up_proj left plain, so that
+// fused q|k|v and gate|up mix formats. `dequantized` is m's weights with the
+// quantized ones replaced by their values (scale * q + offset) in fp32.
+class QuantizedModel {
+ public:
+  explicit QuantizedModel(const TestModel& m) {
+    store_.reserve(m.named.size());
+    for (const halo_named_tensor& w : m.named) {
+      const std::string name = w.name;
+      auto f = format_for(name);
+      if (!f) {
+        plain.push_back(w);
+        dequantized.push_back(w);
+        continue;
+      }
+      const Tensor& t = m.tensor(name);
+      Q& q = *store_.emplace_back(std::make_unique<Q>());
+      quantize(q, *f, m.w(name), t.shape[0], t.shape[1]);
+      quantized.push_back({w.name, f->type, static_cast<int32_t>(q.group), t.shape[0], t.shape[1],
+                           &q.v, &q.s, f->type == HALO_QUANT_UINT4 ? &q.o : nullptr});
+      dequantized.push_back({w.name, &q.d});
+    }
+  }
+  std::vector<halo_named_tensor> plain, dequantized;
+  std::vector<halo_quantized_tensor> quantized;
+
+ private:
+  struct Format {
+    int32_t type;
+    int group;  // 0: per channel
+    bool f16_scales;
+  };
+  struct Q {
+    int64_t group = 0;
+    std::vector<int64_t> vshape, sshape, dshape;
+    std::vector<uint8_t> values, scales, offsets;
+    std::vector<float> deq;
+    DLTensor v{}, s{}, o{}, d{};
+  };
+  static std::optional<Format> format_for(const std::string& n) {
+    for (const char* u4 :
+         {HALO_WEIGHT_Q_PROJ, HALO_WEIGHT_K_PROJ, HALO_WEIGHT_GATE_PROJ, HALO_WEIGHT_LM_HEAD})
+      if (n.ends_with(u4)) return Format{HALO_QUANT_UINT4, 32, true};
+    if (n.ends_with(HALO_WEIGHT_V_PROJ)) return Format{HALO_QUANT_INT8, 16, true};
+    if (n.ends_with(HALO_WEIGHT_O_PROJ) || n.ends_with(HALO_WEIGHT_DOWN_PROJ))
+      return Format{HALO_QUANT_INT8, 0, false};
+    return std::nullopt;
+  }
+  static DLTensor dl(void* data, DLDataType t, std::vector<int64_t>& shape) {
+    return DLTensor{data, {kDLCPU, 0}, static_cast<int32_t>(shape.size()), t, shape.data(), nullptr,
+                    0};
+  }
+  // Stores a scale; returns the value stored.
+  static float put(bool f16, float v, uint8_t* p) {
+    if (!f16) return std::memcpy(p, &v, 4), v;
+    const uint16_t h = halo::kernels::f32_to_f16(v);
+    std::memcpy(p, &h, 2);
+    return halo::kernels::f16_to_f32(h);
+  }
+  static void quantize(Q& q, const Format& f, const std::vector<float>& w, int64_t rows,
+                       int64_t K) {
+    const bool u4 = f.type == HALO_QUANT_UINT4;
+    q.group = f.group ? f.group : K;
+    const int64_t G = q.group, ng = K / G, es = f.f16_scales ? 2 : 4;
+    const int qmin = u4 ? 0 : -127, qmax = u4 ? 15 : 127;
+    q.values.assign(static_cast<size_t>(rows * (u4 ? K / 2 : K)), 0);
+    q.scales.assign(static_cast<size_t>(rows * ng * es), 0);
+    q.offsets.assign(q.scales.size(), 0);
+    q.deq.resize(static_cast<size_t>(rows * K));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t g = 0; g < ng; ++g) {
+        const float* x = w.data() + r * K + g * G;
+        const auto [lo, hi] = std::minmax_element(x, x + G);
+        const size_t at = static_cast<size_t>((r * ng + g) * es);
+        const float sc =
+            put(f.f16_scales, u4 ? (*hi - *lo) / 15.f : std::max(-*lo, *hi) / 127.f, &q.scales[at]);
+        const float off = u4 ? put(f.f16_scales, *lo, &q.offsets[at]) : 0.f;
+        for (int64_t k = 0; k < G; ++k) {
+          const int v = std::clamp(
+              static_cast<int>(sc > 0 ? std::nearbyint((x[k] - off) / sc) : 0.f), qmin, qmax);
+          const int64_t e = r * K + g * G + k;
+          if (u4)
+            q.values[static_cast<size_t>(e / 2)] |= static_cast<uint8_t>(v << (e % 2 ? 4 : 0));
+          else
+            q.values[static_cast<size_t>(e)] = static_cast<uint8_t>(static_cast<int8_t>(v));
+          q.deq[static_cast<size_t>(e)] = sc * static_cast<float>(v) + off;
+        }
+      }
+    q.vshape = {rows, u4 ? K / 2 : K};
+    q.sshape = {rows, ng};
+    q.dshape = {rows, K};
+    const DLDataType sdt{kDLFloat, static_cast<uint8_t>(es * 8), 1};
+    q.v = dl(q.values.data(), u4 ? DLDataType{kDLUInt, 8, 1} : DLDataType{kDLInt, 8, 1}, q.vshape);
+    q.s = dl(q.scales.data(), sdt, q.sshape);
+    q.o = dl(q.offsets.data(), sdt, q.sshape);
+    q.d = dl(q.deq.data(), DLDataType{kDLFloat, 32, 1}, q.dshape);
+  }
+  std::vector<std::unique_ptr<Q>> store_;
+};
+
+Config quant_cfg() {
+  Config c = paging_cfg();  // q/k/v bias, 6 heads over 2 kv heads
+  c.wt = WeightType::BF16;  // the parts left plain
+  c.hidden = 64;
+  c.head_dim = 16;
+  c.inter = 96;
+  c.vocab = 301;
+  return c;
+}
+
+class QuantizedPaths : public ::testing::TestWithParam<int> {};
+
+// Same quantized weights: the fast path (gemm_q, activations rounded to
+// int8, bf16 KV) against the reference path (dequantized to fp32 at load),
+// which in turn equals the reference path on the dequantized fp32 weights.
+// Intermediate size 96 and 80: down_proj is int8 per channel, so its group
+// is 96 (a multiple of 32) or 80 (a multiple of 16 only, where gemm_q's
+// activation blocks must be 16 wide).
+TEST_P(QuantizedPaths, FastPathMatchesReferencePath) {
+  Config c = quant_cfg();
+  c.inter = GetParam();
+  const TestModel m(c);
+  const QuantizedModel q(m);
+  std::string why;
+  Runner* r = nullptr;
+  const auto ref = run_short(m, {{"kernels", "reference"}}, &r, &why, &q.plain, &q.quantized);
+  ASSERT_FALSE(ref.empty()) << why;
+  EXPECT_EQ(r->limits.compute_dtype, HALO_COMPUTE_DTYPE_FP32);
+  EXPECT_EQ(r->limits.kv_cache_dtype, HALO_KV_DTYPE_FP32);
+  const auto deq = run_short(m, {{"kernels", "reference"}}, &r, &why, &q.dequantized);
+  ASSERT_EQ(deq.size(), ref.size()) << why;
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_LT(rel_err(ref[i], deq[i]), 1e-5) << "row " << i;
+  const auto fast = run_short(m, {{"kernels", "fast"}}, &r, &why, &q.plain, &q.quantized);
+  ASSERT_EQ(fast.size(), ref.size()) << why;
+  EXPECT_EQ(r->limits.compute_dtype, HALO_COMPUTE_DTYPE_INT8);
+  EXPECT_EQ(r->limits.kv_cache_dtype, HALO_KV_DTYPE_BF16);
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, rel_err(fast[i], ref[i]));
+  std::printf("[quantized] fast (int8 activations, bf16 KV) against reference: max error %.3g\n",
+              worst);
+  EXPECT_LT(worst, 5e-2);
+  // dtype float32 on the fast path: dequantized at load, fp32 throughout.
+  const auto f32 =
+      run_short(m, {{"kernels", "fast"}, {"dtype", "float32"}}, &r, &why, &q.plain, &q.quantized);
+  ASSERT_EQ(f32.size(), ref.size()) << why;
+  EXPECT_EQ(r->limits.compute_dtype, HALO_COMPUTE_DTYPE_FP32);
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_LT(rel_err(f32[i], ref[i]), 1e-4) << "row " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Quantized, QuantizedPaths, ::testing::Values(96, 80),
+                         [](const auto& info) { return "inter" + std::to_string(info.param); });
+
+TEST(Quantized, FastPathIsBitwiseBatchInvariant) {
+  Config c = quant_cfg();
+  c.hidden = 96;
+  c.inter = 192;
+  c.layers = 3;
+  const TestModel m(c);
+  const QuantizedModel q(m);
+  expect_bitwise_batch_invariant(m, &q.plain, &q.quantized);
+}
+
+TEST(Quantized, RefusalsNameTheWeight) {
+  const TestModel m(quant_cfg());
+  const QuantizedModel q(m);
+  auto refused = [&](std::vector<halo_named_tensor> plain, std::vector<halo_quantized_tensor> qs,
+                     std::initializer_list<const char*> words) {
+    Runner r(m, 1, 16, 4, {{"kernels", "fast"}}, &plain, &qs);
+    EXPECT_EQ(r.prepare_status.code, HALO_STATUS_INVALID_ARGUMENT) << r.prepare_status.message;
+    for (const char* w : words)
+      EXPECT_NE(r.prepare_status.message.find(w), std::string::npos)
+          << "'" << w << "' not in: " << r.prepare_status.message;
+  };
+  const std::string q0 = std::string(HALO_WEIGHT_LAYER_PREFIX) + "0." + HALO_WEIGHT_Q_PROJ;
+  auto qs = q.quantized;
+  qs[0].group_size = 40;
+  refused(q.plain, qs, {q0.c_str(), "group_size=40", "multiple of 16"});
+  qs = q.quantized;
+  qs[0].rows = 7;  // the header disagrees with its own values
+  refused(q.plain, qs, {q0.c_str(), "values has shape [96, 32], expected [7, 32]"});
+  qs = q.quantized;
+  qs[1].name = qs[0].name;  // k_proj's tensor under q_proj's name
+  qs.erase(qs.begin());
+  auto no_k = q.plain;
+  for (const auto& w : q.dequantized)
+    if (std::string(w.name).ends_with("0." HALO_WEIGHT_K_PROJ)) no_k.push_back(w);
+  refused(no_k, qs, {q0.c_str(), "rows=32 cols=64, expected the model's [96, 64]"});
+  qs = q.quantized;
+  qs[0].type = 9;
+  refused(q.plain, qs, {q0.c_str(), "type 9", "int8, uint4"});
+  auto plain = q.plain;
+  for (const auto& w : q.dequantized)
+    if (q0 == w.name) plain.push_back(w);  // layer 0's q_proj, also plain
+  refused(plain, q.quantized, {q0.c_str(), "both plain"});
+  qs = q.quantized;
+  const DLTensor* wrong = qs[1].values;  // another tensor's values
+  qs[0].values = wrong;
+  refused(q.plain, qs, {q0.c_str(), "values has shape"});
+  qs = q.quantized;
+  qs.push_back(qs[0]);
+  qs.back().name = "model.layers.0.self_attn.q_norm.weight";
+  refused(q.plain, qs, {"q_norm", "not a projection"});
 }
 
 // ------------------------------------------------------------ determinism

@@ -336,7 +336,9 @@ std::vector<std::vector<double>> reference_forward(const TestModel& m,
 
 // ----------------------------------------------------------------- runner
 
-Runner::Runner(const TestModel& m, int threads, int bs, int nb, std::vector<halo_option> options)
+Runner::Runner(const TestModel& m, int threads, int bs, int nb, std::vector<halo_option> options,
+               const std::vector<halo_named_tensor>* weights,
+               const std::vector<halo_quantized_tensor>* quantized)
     : block_size(bs), num_blocks(nb), vocab(m.cfg.vocab) {
   device = open_device(threads);
   if (!device) return;
@@ -346,8 +348,10 @@ Runner::Runner(const TestModel& m, int threads, int bs, int nb, std::vector<halo
   p.struct_size = sizeof p;
   p.device = device.get();
   p.spec = &m.spec;
-  p.weights = m.named.data();
-  p.num_weights = m.named.size();
+  p.weights = weights ? weights->data() : m.named.data();
+  p.num_weights = weights ? weights->size() : m.named.size();
+  p.quantized_weights = quantized ? quantized->data() : nullptr;
+  p.num_quantized_weights = quantized ? quantized->size() : 0;
   p.limits = &limits;
   p.options = options.data();
   p.num_options = options.size();

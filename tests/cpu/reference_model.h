@@ -94,8 +94,11 @@ std::vector<std::vector<double>> reference_forward(const TestModel& m,
 // Prepared executable + KV cache driven like an engine would.
 struct Runner {
   // options: prepare options of the plugin (e.g. {"dtype", "float32"}).
+  // weights/quantized (ABI v1.4): prepare gets these instead of m.named.
   Runner(const TestModel& m, int threads, int block_size, int num_blocks,
-         std::vector<halo_option> options = {});
+         std::vector<halo_option> options = {},
+         const std::vector<halo_named_tensor>* weights = nullptr,
+         const std::vector<halo_quantized_tensor>* quantized = nullptr);
   Status prepare_status;  // of prepare (and kv_cache_create)
   Device device;
   Exec exec;

@@ -426,7 +426,9 @@ void agree_limits(halo_executable& exe, const halo_model_spec& s, halo_limits& l
 
 halo_error* prepare(halo_prepare_args* args) {
   return guard("prepare", [&] {
-    check_args(args, "args");
+    // halo_prepare_args grew in v1.4 (quantized_weights, which this plugin
+    // does not take: quant_types 0): a v1.3 caller's struct ends at executable.
+    check_args(args, "args", HALO_STRUCT_SIZE(halo_prepare_args, executable));
     if (args->device == nullptr) invalid("device is NULL");
     validate_spec(args->spec);
     // halo_limits grew in v1.2 (kv_cache_dtype) and v1.3 (compute_dtype).

@@ -78,31 +78,42 @@ float* logits_out(const halo_execute_args& a) {
       static_cast<void*>(static_cast<char*>(a.logits->data) + a.logits->byte_offset));
 }
 
-// y[M, N] (row stride ldy) = x[M, K] (row stride ldx) through one projection.
-void run_linear(halo_executable& exe, const Linear& L, const float* x, size_t M, size_t ldx,
-                float* y, size_t ldy) {
+// y[M, n] (row stride ldy) = x[M, K] (row stride ldx) through one segment of
+// a projection; y and bias point at the segment's first column.
+void run_segment(halo_executable& exe, const Linear::Segment& g, size_t K, const float* x, size_t M,
+                 size_t ldx, const float* bias, float* y, size_t ldy) {
   kernels::ThreadPool& pool = exe.device->pool;
-  const float* bias = L.bias.empty() ? nullptr : L.bias.data();
-  switch (L.kind) {
+  switch (g.kind) {
     case Linear::Kind::kPackedBf16:
-      kernels::gemm_bf16(pool, x, M, ldx, L.packed, bias, y, ldy, exe.scratch.gemm);
+      kernels::gemm_bf16(pool, x, M, ldx, g.packed, bias, y, ldy, exe.scratch.gemm);
+      return;
+    case Linear::Kind::kQuant:
+      kernels::gemm_q(pool, x, M, ldx, g.qpacked, bias, y, ldy, exe.scratch.gemm_q);
       return;
     case Linear::Kind::kOneDnn:
 #ifdef HALO_HAVE_ONEDNN
-      L.dnnl->forward(x, M, ldx, bias, y, ldy);
+      g.dnnl->forward(x, M, ldx, bias, y, ldy);
 #endif
       return;
     case Linear::Kind::kReference:
     case Linear::Kind::kF32: {
       size_t col = 0;
-      for (const auto& p : L.parts) {
-        kernels::matmul_nt_strided(pool, x, M, L.K, ldx, p.data, p.dtype, p.rows,
+      for (const auto& p : g.parts) {
+        kernels::matmul_nt_strided(pool, x, M, K, ldx, p.data, p.dtype, p.rows,
                                    bias ? bias + col : nullptr, y + col, ldy);
         col += p.rows;
       }
       return;
     }
   }
+}
+
+// y[M, N] (row stride ldy) = x[M, K] (row stride ldx) through one projection.
+void run_linear(halo_executable& exe, const Linear& L, const float* x, size_t M, size_t ldx,
+                float* y, size_t ldy) {
+  const float* bias = L.bias.empty() ? nullptr : L.bias.data();
+  for (const Linear::Segment& g : L.segments)
+    run_segment(exe, g, L.K, x, M, ldx, bias ? bias + g.col : nullptr, y + g.col, ldy);
 }
 
 }  // namespace

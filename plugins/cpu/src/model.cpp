@@ -105,51 +105,128 @@ bool use_onednn_matmul(const halo_executable& exe, const CpuOptions& opt,
 #endif
 }
 
-// Builds the projections from the checkpoint's matrices, choosing each one's
-// kernel, and counts the weights by dtype for the KV dtype and the log line.
+// One part of a projection as given: a plain matrix, or a quantized one (v1.4).
+struct Part {
+  kernels::WeightSource plain;  // when q == nullptr
+  const QuantMatrix* q = nullptr;
+  size_t rows() const { return q ? static_cast<size_t>(q->rows) : plain.rows; }
+};
+
+kernels::QuantSource quant_source(const QuantMatrix& m) {
+  kernels::QuantSource s;
+  s.type = static_cast<kernels::QType>(m.type);  // same numbers as halo_quant_type
+  s.group = static_cast<size_t>(m.group);
+  s.rows = static_cast<size_t>(m.rows);
+  s.values = m.values;
+  s.scales = m.scales;
+  s.offsets = m.offsets;
+  s.scale_dtype = m.scale_dtype;
+  return s;
+}
+
+// Parts of one format run as one segment: plain ones of any float dtype (the
+// bf16 packer converts each), quantized ones of the same type and group.
+bool same_format(const Part& a, const Part& b) {
+  if (a.q == nullptr || b.q == nullptr) return a.q == nullptr && b.q == nullptr;
+  return a.q->type == b.q->type && a.q->group == b.q->group;
+}
+
+// Builds the projections from the checkpoint's matrices, choosing each
+// segment's kernel, and counts the weights by dtype for the KV dtype, the
+// compute dtype and the log line.
 struct LinearBuilder {
   const WeightSet& w;
+  const QuantizedSet& qw;
   bool fast;
   std::string_view dtype;  // the option: auto, bfloat16 or float32
   bool use_onednn;
   size_t n16 = 0, nf16 = 0, nf32 = 0, packed_bytes = 0;
+  // Quantized weights as given (values, scales, offsets), by type.
+  size_t q_int8_bytes = 0, q_uint4_bytes = 0, q_packed_bytes = 0;
   bool any_bf16_matmul = false;  // some projection rounds its inputs to bf16 (v1.3 compute_dtype)
+  bool any_int8_matmul = false;  // some projection runs gemm_q (inputs rounded to int8)
+
+  // The reference path and dtype float32 run quantized weights dequantized to fp32.
+  bool dequantize() const { return !fast || dtype == "float32"; }
 
   // One projection from checkpoint matrices fused along N.
   Linear operator()(std::initializer_list<std::pair<std::string, int64_t>> parts, int64_t K,
                     std::vector<float> bias) {
     Linear L;
     L.K = static_cast<size_t>(K);
-    for (const auto& [name, rows] : parts) {
-      const Matrix m = w.get(name, {rows, K});
-      L.parts.push_back({m.data, m.dtype, static_cast<size_t>(rows)});
-      L.N += static_cast<size_t>(rows);
-      (m.dtype == DType::F32   ? nf32
-       : m.dtype == DType::F16 ? nf16
-                               : n16) += static_cast<size_t>(rows * K);
-    }
     L.bias = std::move(bias);
-    if (!fast) return L;
+    std::vector<Part> ps;
+    for (const auto& [name, rows] : parts) ps.push_back(part(L, name, rows, K));
+    for (size_t i = 0; i < ps.size();) {
+      size_t j = i + 1;
+      while (j < ps.size() && same_format(ps[i], ps[j])) ++j;
+      L.segments.push_back(segment(ps.data() + i, j - i, L.K));
+      L.segments.back().col = L.N;
+      L.N += L.segments.back().n;
+      i = j;
+    }
+    return L;
+  }
+
+  // A part: quantized when given so (validated against [rows, K]), else plain.
+  Part part(Linear& L, const std::string& name, int64_t rows, int64_t K) {
+    Part p;
+    if (const QuantMatrix* q = qw.get(name, rows, K)) {
+      (q->type == HALO_QUANT_INT8 ? q_int8_bytes : q_uint4_bytes) += q->bytes();
+      if (!dequantize()) {
+        p.q = q;
+        return p;
+      }
+      // fp32 copy, owned by the projection: the reference matmul reads it in place.
+      std::vector<float>& d = L.dequantized.emplace_back(static_cast<size_t>(rows * K));
+      kernels::dequantize(quant_source(*q), static_cast<size_t>(K), d.data());
+      p.plain = {d.data(), DType::F32, static_cast<size_t>(rows)};
+      nf32 += static_cast<size_t>(rows * K);
+      return p;
+    }
+    const Matrix m = w.get(name, {rows, K});
+    p.plain = {m.data, m.dtype, static_cast<size_t>(rows)};
+    (m.dtype == DType::F32   ? nf32
+     : m.dtype == DType::F16 ? nf16
+                             : n16) += static_cast<size_t>(rows * K);
+    return p;
+  }
+
+  // n parts of one format as one segment, with its kernel.
+  Linear::Segment segment(const Part* ps, size_t n, size_t K) {
+    Linear::Segment g;
+    for (size_t i = 0; i < n; ++i) g.n += ps[i].rows();
+    if (ps[0].q != nullptr) {
+      std::vector<kernels::QuantSource> src;
+      for (size_t i = 0; i < n; ++i) src.push_back(quant_source(*ps[i].q));
+      g.kind = Linear::Kind::kQuant;
+      g.qpacked = kernels::PackedQWeight::pack(src, K);
+      q_packed_bytes += g.qpacked.bytes();
+      any_int8_matmul = true;
+      return g;
+    }
+    for (size_t i = 0; i < n; ++i) g.parts.push_back(ps[i].plain);
+    if (!fast) return g;
     const bool all_f32 =
-        std::all_of(L.parts.begin(), L.parts.end(),
+        std::all_of(g.parts.begin(), g.parts.end(),
                     [](const kernels::WeightSource& p) { return p.dtype == DType::F32; });
     if (dtype == "float32" || (all_f32 && dtype == "auto")) {
-      L.kind = Linear::Kind::kF32;  // fp32 activations; weights read in place
-      return L;
+      g.kind = Linear::Kind::kF32;  // fp32 activations; weights read in place
+      return g;
     }
     any_bf16_matmul = true;
     if (use_onednn) {
 #ifdef HALO_HAVE_ONEDNN
-      L.kind = Linear::Kind::kOneDnn;
-      L.dnnl = std::make_unique<onednn::Linear>(L.parts, L.K);
-      packed_bytes += L.dnnl->weight_bytes();
+      g.kind = Linear::Kind::kOneDnn;
+      g.dnnl = std::make_unique<onednn::Linear>(g.parts, K);
+      packed_bytes += g.dnnl->weight_bytes();
 #endif
     } else {
-      L.kind = Linear::Kind::kPackedBf16;
-      L.packed = kernels::PackedWeight::pack(L.parts, L.K);
-      packed_bytes += L.packed.bytes();
+      g.kind = Linear::Kind::kPackedBf16;
+      g.packed = kernels::PackedWeight::pack(g.parts, K);
+      packed_bytes += g.packed.bytes();
     }
-    return L;
+    return g;
   }
 };
 
@@ -165,6 +242,7 @@ void load_weights(halo_executable& exe, const halo_model_spec& s, const WeightSe
                   LinearBuilder& linear) {
   const int64_t V = s.vocab_size, H = s.hidden_size, I = s.intermediate_size;
   const int64_t NQ = int64_t{s.num_heads} * s.head_dim, NKV = int64_t{s.num_kv_heads} * s.head_dim;
+  linear.qw.refuse_if_given(HALO_WEIGHT_EMBED_TOKENS);  // read by row, never quantized
   exe.embed = w.get(HALO_WEIGHT_EMBED_TOKENS, {V, H});
   exe.layer.resize(static_cast<size_t>(s.num_layers));
   for (int32_t i = 0; i < s.num_layers; ++i) {
@@ -191,17 +269,22 @@ void load_weights(halo_executable& exe, const halo_model_spec& s, const WeightSe
     L.down_proj = linear({{p + HALO_WEIGHT_DOWN_PROJ, H}}, I, {});
   }
   exe.final_norm = w.vec(HALO_WEIGHT_FINAL_NORM, H);
+  // A quantized lm_head comes untied (the core unties it), so the tied head
+  // is always the plain embedding.
   const bool tied = s.flags & HALO_MODEL_TIED_EMBEDDINGS;
-  exe.lm_head = tied ? exe.embed : w.get(HALO_WEIGHT_LM_HEAD, {V, H});
   exe.lm_head_run = linear({{tied ? HALO_WEIGHT_EMBED_TOKENS : HALO_WEIGHT_LM_HEAD, V}}, H, {});
+  linear.qw.check_all_used();
 }
 
-// KV cache type: auto is bf16 for 16-bit checkpoints on the fast path, else fp32.
+// KV cache type: auto is bf16 for 16-bit and quantized checkpoints on the fast
+// path, else fp32.
 int32_t choose_kv_dtype(halo_executable& exe, const halo_limits* lim, const LinearBuilder& lb) {
   const int32_t kv_asked = proposed_kv_dtype(lim);
   check_kv_dtype("cpu", kv_asked, {HALO_KV_DTYPE_FP32, HALO_KV_DTYPE_BF16});
+  const bool quantized = lb.q_int8_bytes + lb.q_uint4_bytes > 0;
   const bool bf16_compute =
-      exe.fast && (lb.dtype == "bfloat16" || (lb.dtype == "auto" && lb.n16 + lb.nf16 > lb.nf32));
+      exe.fast &&
+      (lb.dtype == "bfloat16" || (lb.dtype == "auto" && (quantized || lb.n16 + lb.nf16 > lb.nf32)));
   const int32_t kv_agreed = kv_asked != HALO_KV_DTYPE_AUTO ? kv_asked
                             : bf16_compute                 ? HALO_KV_DTYPE_BF16
                                                            : HALO_KV_DTYPE_FP32;
@@ -209,10 +292,29 @@ int32_t choose_kv_dtype(halo_executable& exe, const halo_limits* lim, const Line
   return kv_agreed;
 }
 
+// The quantized weights' part of the log line ("" for none).
+std::string quantized_note(const halo_executable& exe, const LinearBuilder& lb) {
+  if (lb.q_int8_bytes + lb.q_uint4_bytes == 0) return "";
+  auto mb = [](size_t bytes) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f MB", 1e-6 * double(bytes));
+    return std::string(b);
+  };
+  std::string types;
+  if (lb.q_int8_bytes) types += mb(lb.q_int8_bytes) + " int8";
+  if (lb.q_uint4_bytes) types += (types.empty() ? "" : ", ") + mb(lb.q_uint4_bytes) + " uint4";
+  if (!lb.dequantize())
+    return cat("; quantized weights (", types, "; ", mb(lb.q_packed_bytes), " packed) on the ",
+               kernels::gemm_q_path(), " int8 GEMM");
+  return cat("; quantized weights (", types, ") dequantized to fp32 at load",
+             exe.fast ? " (dtype float32)" : "");
+}
+
 // One line on what runs, since the choice changes speed and numerics.
 void log_what_runs(const halo_executable& exe, const CpuOptions& opt, const LinearBuilder& lb,
                    int threads, int32_t kv_agreed) {
   const std::string_view dtype = lb.dtype;
+  const std::string quant = quantized_note(exe, lb);
   if (exe.fast) {
     const char* gemm = lb.use_onednn                    ? "oneDNN bf16 matmul"
                        : kernels::cpu_has_avx512_bf16() ? "avx512-bf16 GEMM"
@@ -220,7 +322,7 @@ void log_what_runs(const halo_executable& exe, const CpuOptions& opt, const Line
     std::fprintf(
         stderr,
         "halo cpu: fast kernels, %d threads, dtype %.*s: %s over %.0f MB of packed weights "
-        "(%.0f MB bf16%s%s)%s; KV cache %s\n",
+        "(%.0f MB bf16%s%s)%s%s; KV cache %s\n",
         threads, static_cast<int>(dtype.size()), dtype.data(), gemm, 1e-6 * double(lb.packed_bytes),
         2e-6 * double(lb.n16),
         lb.nf16 && dtype != "float32" ? ", fp16 converted to bf16 at load" : "",
@@ -228,10 +330,11 @@ void log_what_runs(const halo_executable& exe, const CpuOptions& opt, const Line
         lb.nf32 && dtype != "bfloat16" ? "; fp32 weights kept fp32 (pass dtype bfloat16 to convert)"
         : dtype == "float32"           ? "; matmuls in fp32 (dtype float32)"
                                        : "",
-        halo_kv_dtype_name(kv_agreed));
+        quant.c_str(), halo_kv_dtype_name(kv_agreed));
   } else {
-    std::fprintf(stderr, "halo cpu: reference kernels (%s=reference), fp32 compute; KV cache %s\n",
-                 opt.kernels_source.c_str(), halo_kv_dtype_name(kv_agreed));
+    std::fprintf(stderr,
+                 "halo cpu: reference kernels (%s=reference), fp32 compute%s; KV cache %s\n",
+                 opt.kernels_source.c_str(), quant.c_str(), halo_kv_dtype_name(kv_agreed));
   }
 }
 
@@ -284,16 +387,20 @@ void prepare(halo_prepare_args* args) {
   const bool use_onednn = use_onednn_matmul(*exe, opt, args);
 
   const WeightSet w(args->weights, args->num_weights);
-  LinearBuilder linear{w, exe->fast, opt.dtype, use_onednn};
+  const QuantizedSet qw(args, kQuantTypes, w);
+  LinearBuilder linear{w, qw, exe->fast, opt.dtype, use_onednn};
   load_weights(*exe, s, w, linear);
   const int32_t kv_agreed = choose_kv_dtype(*exe, lim, linear);
   log_what_runs(*exe, opt, linear, args->device->threads, kv_agreed);
   agree_limits(*exe, lim, s);
   set_kv_dtype(lim, kv_agreed);
-  // bf16 as soon as one projection runs the bf16 GEMM; the reference kernels
-  // and fp32 projections keep fp32 activations (16-bit weights widen exactly).
-  set_compute_dtype(lim,
-                    linear.any_bf16_matmul ? HALO_COMPUTE_DTYPE_BF16 : HALO_COMPUTE_DTYPE_FP32);
+  // The narrowest type an activation is rounded to: int8 as soon as one
+  // projection runs gemm_q, else bf16 as soon as one runs the bf16 GEMM; the
+  // reference kernels and fp32 projections keep fp32 activations (16-bit
+  // weights widen exactly, quantized ones are dequantized to fp32).
+  set_compute_dtype(lim, linear.any_int8_matmul   ? HALO_COMPUTE_DTYPE_INT8
+                         : linear.any_bf16_matmul ? HALO_COMPUTE_DTYPE_BF16
+                                                  : HALO_COMPUTE_DTYPE_FP32);
   args->executable = exe.release();
 }
 

@@ -4,9 +4,12 @@
 //  - fast (default): bf16 weights pre-packed for the vdpbf16ps GEMM (fp16
 //    converted to bf16 at load; fp32 kept fp32), q/k/v and gate/up fused into
 //    one matmul each, vectorized paged attention with online softmax, fused
-//    residual+RMSNorm. Activations are rounded to bf16 at each matmul input.
+//    residual+RMSNorm. Activations are rounded to bf16 at each matmul input;
+//    quantized weights (ABI v1.4) run the int8 GEMM (gemm_q), activations
+//    rounded to int8 in blocks of up to 32.
 //  - reference: fp32 activations, weights read in place and converted in
-//    registers, scalar two-pass attention: the numerical reference.
+//    registers (quantized weights dequantized to fp32 at load), scalar
+//    two-pass attention: the numerical reference.
 // Both are batch invariant: a row's result does not depend on its batch.
 //
 // KV cache layout: for every layer one K and one V array of
@@ -30,6 +33,7 @@
 #include "halo/device_abi.h"
 #include "halo/kernels/attention.h"
 #include "halo/kernels/gemm_bf16.h"
+#include "halo/kernels/gemm_q.h"
 #include "halo/kernels/kernels.h"
 #include "halo/plugin_support/validate.h"
 #ifdef HALO_HAVE_ONEDNN
@@ -37,6 +41,10 @@
 #endif
 
 namespace halo::cpu {
+
+// The halo_quant_types prepare takes (ABI v1.4 halo_device_properties.quant_types).
+inline constexpr uint32_t kQuantTypes =
+    HALO_DTYPE_BIT(HALO_QUANT_INT8) | HALO_DTYPE_BIT(HALO_QUANT_UINT4);
 
 struct DeviceState {
   explicit DeviceState(int threads) : pool(threads) {}
@@ -47,18 +55,30 @@ struct DeviceState {
 using Matrix = halo::plugin::Matrix;  // a host weight as given to prepare
 
 // One projection, possibly several checkpoint matrices fused along N (q|k|v,
-// gate|up). The reference path reads `parts` in place; the fast path runs
-// `packed` (16-bit weights), `parts` with fp32 activations (fp32 weights), or
-// oneDNN (HALO_CPU_MATMUL=onednn).
+// gate|up), run as a list of segments, each writing its own range of output
+// columns. Parts of one format are fused into one segment; a projection whose
+// parts differ (GGUF Q4_K_M: q, k uint4 and v int8; or some parts plain, some
+// quantized, ABI v1.4) runs one segment per run of equal formats. A segment
+// is read in place (reference; fp32 weights: kF32), packed for the bf16 GEMM,
+// run by oneDNN (HALO_CPU_MATMUL=onednn) or packed for the int8 GEMM
+// (quantized weights, kQuant). The reference path and dtype float32
+// dequantize quantized parts to fp32 at load (`dequantized` owns them).
 struct Linear {
-  std::vector<kernels::WeightSource> parts;  // rows of each, in output-column order
-  size_t N = 0, K = 0;
-  enum class Kind { kReference, kPackedBf16, kF32, kOneDnn } kind = Kind::kReference;
-  kernels::PackedWeight packed;
+  enum class Kind { kReference, kPackedBf16, kF32, kOneDnn, kQuant };
+  struct Segment {
+    size_t col = 0, n = 0;  // output columns [col, col + n)
+    Kind kind = Kind::kReference;
+    std::vector<kernels::WeightSource> parts;  // plain parts, rows of each in column order
+    kernels::PackedWeight packed;
+    kernels::PackedQWeight qpacked;
 #ifdef HALO_HAVE_ONEDNN
-  std::unique_ptr<onednn::Linear> dnnl;
+    std::unique_ptr<onednn::Linear> dnnl;
 #endif
-  std::vector<float> bias;  // [N] or empty
+  };
+  std::vector<Segment> segments;
+  size_t N = 0, K = 0;
+  std::vector<float> bias;                      // [N] or empty
+  std::vector<std::vector<float>> dequantized;  // fp32 copies of quantized parts (reference)
 };
 
 struct Layer {
@@ -101,7 +121,7 @@ struct halo_executable {
   bool fast = true;  // kernel path (see the top of this file)
   halo::kernels::DType kv_dtype = halo::kernels::DType::F32;
   // Weights, used in place (reference) or packed (fast).
-  halo::cpu::Matrix embed, lm_head;
+  halo::cpu::Matrix embed;
   halo::cpu::Linear lm_head_run;
   std::vector<halo::cpu::Layer> layer;
   std::vector<float> final_norm;
@@ -110,6 +130,7 @@ struct halo_executable {
     std::vector<float> x, h, q, k, v, attn, tmp, gate, up, cos, sin, final_rows, qkv, gu;
     std::vector<int32_t> tok_seq, tok_ctx;
     halo::kernels::GemmScratch gemm;
+    halo::kernels::GemmQScratch gemm_q;
     std::vector<halo::cpu::AttnItem> attn_items;
   } scratch;
 };

@@ -1,4 +1,4 @@
-// The CPU plugin: the halo_plugin_api table (device_abi.h v1.3). Fast kernels by
+// The CPU plugin: the halo_plugin_api table (device_abi.h v1.4). Fast kernels by
 // default; its fp32 reference kernels (kernels=reference) are the suite's reference.
 #include <cstdio>
 #include <cstring>
@@ -43,6 +43,8 @@ void device_get_properties(halo_device_get_properties_args* args) {
   p.kv_cache_dtypes = HALO_DTYPE_BIT(HALO_KV_DTYPE_FP32) | HALO_DTYPE_BIT(HALO_KV_DTYPE_BF16);
   // Its option dtype: bfloat16 or float32 matmuls (no fp16 arithmetic).
   p.compute_dtypes = HALO_DTYPE_BIT(HALO_COMPUTE_DTYPE_FP32) | HALO_DTYPE_BIT(HALO_COMPUTE_DTYPE_BF16);
+  // v1.4: quantized weights, run by the int8 GEMM (reference: dequantized to fp32).
+  p.quant_types = kQuantTypes;
   put_properties(args, p);
 }
 
@@ -116,7 +118,8 @@ constexpr halo_plugin_api kApi = {
     HALO_ABI_VERSION_MINOR,
     "cpu",
     // What `halo devices` shows: the default path first, then how to get the other.
-    "0.1.0 (fast path by default: bf16 GEMM and KV for 16-bit weights, fp32 otherwise; "
+    "0.1.0 (fast path by default: bf16 GEMM and KV for 16-bit weights, int8 GEMM for quantized "
+    "ones, fp32 otherwise; "
     "fp32 reference kernels with HALO_CPU_KERNELS=reference)",
     error_code,
     error_message,

@@ -423,7 +423,8 @@ void write_programs(const fs::path& out, const nlohmann::json& manifest, int64_t
 // that does not fit), then the chip files, programs and manifest.
 void compile(halo_compile_args* a) {
   check_args(a, "compile: args");
-  if (a->struct_size < sizeof(halo_compile_args))
+  if (a->struct_size <
+      HALO_STRUCT_SIZE(halo_compile_args, summary_capacity))  // v1.4 appended quantized_weights
     invalid("compile: args->struct_size=", a->struct_size, " is too small");
   if (a->device_index != 0)
     fail(HALO_STATUS_OUT_OF_RANGE, "compile: device_index=", a->device_index, " is outside [0, 1)");

@@ -101,6 +101,137 @@ std::vector<float> WeightSet::vec(const std::string& name, int64_t n) const {
   return out;
 }
 
+// ------------------------------------------------ v1.4 quantized weights
+
+namespace {
+
+// "'name' values" etc., for messages.
+std::string qpart(const std::string& name, const char* part) {
+  return cat("quantized weight '", name, "' ", part);
+}
+
+// A dense host tensor of `dtype` and `shape`; returns its data.
+const void* quant_part(const std::string& name, const char* part, const DLTensor* t,
+                       DLDataType dtype, std::initializer_list<int64_t> shape) {
+  if (t == nullptr) invalid("prepare: ", qpart(name, part), " is NULL");
+  const std::vector<int64_t> want(shape);
+  if (t->dtype.code != dtype.code || t->dtype.bits != dtype.bits || t->dtype.lanes != 1)
+    invalid("prepare: ", qpart(name, part), " has dtype ", dtype_str(t->dtype), ", expected ",
+            dtype_str(dtype));
+  bool ok = t->ndim == static_cast<int>(want.size()) && t->shape != nullptr;
+  for (size_t i = 0; ok && i < want.size(); ++i) ok = t->shape[i] == want[i];
+  if (!ok)
+    invalid("prepare: ", qpart(name, part), " has shape ", shape_str(t->shape, t->ndim),
+            ", expected ", shape_str(want.data(), static_cast<int>(want.size())));
+  const void* data = contiguous_data("prepare", qpart(name, part), t);
+  if (reinterpret_cast<uintptr_t>(data) % (dtype.bits / 8) != 0)
+    invalid("prepare: ", qpart(name, part), " data + byte_offset is not aligned to its ",
+            dtype.bits / 8, "-byte elements");
+  return data;
+}
+
+std::string type_list(uint32_t accepted) {
+  std::string s;
+  for (int32_t t : {HALO_QUANT_INT8, HALO_QUANT_UINT4})
+    if (accepted & HALO_DTYPE_BIT(t)) s += cat(s.empty() ? "" : ", ", halo_quant_type_name(t));
+  return s.empty() ? "none" : s;
+}
+
+// The type, group size and dimensions of a quantized weight.
+void check_quant_header(const halo_quantized_tensor& q, const std::string& name,
+                        uint32_t accepted) {
+  const bool known = q.type == HALO_QUANT_INT8 || q.type == HALO_QUANT_UINT4;
+  if (!known || !(accepted & HALO_DTYPE_BIT(q.type)))
+    invalid("prepare: quantized weight '", name, "' has type ", q.type, " (",
+            halo_quant_type_name(q.type),
+            "), not one this device takes (quant_types: ", type_list(accepted), ")");
+  if (q.rows <= 0 || q.cols <= 0)
+    invalid("prepare: quantized weight '", name, "' has rows=", q.rows, " cols=", q.cols,
+            ", expected positive");
+  if (q.group_size <= 0 || q.group_size % 16 != 0 || q.cols % q.group_size != 0)
+    invalid("prepare: quantized weight '", name, "' has group_size=", q.group_size,
+            ", expected a positive multiple of 16 dividing cols=", q.cols);
+}
+
+}  // namespace
+
+size_t QuantMatrix::bytes() const {
+  const auto n = static_cast<size_t>(rows), k = static_cast<size_t>(cols);
+  const size_t vals = type == HALO_QUANT_UINT4 ? n * k / 2 : n * k;
+  const size_t sc = n * (k / static_cast<size_t>(group)) * kernels::dtype_size(scale_dtype);
+  return vals + sc * (offsets ? 2 : 1);
+}
+
+QuantMatrix validate_quantized(const halo_quantized_tensor& q, uint32_t accepted) {
+  if (q.name == nullptr) invalid("prepare: a quantized weight has name=NULL");
+  QuantMatrix m;
+  m.name = q.name;
+  check_quant_header(q, m.name, accepted);
+  m.type = q.type;
+  m.group = q.group_size;
+  m.rows = q.rows;
+  m.cols = q.cols;
+  const bool u4 = q.type == HALO_QUANT_UINT4;
+  m.values = quant_part(m.name, "values", q.values,
+                        u4 ? DLDataType{kDLUInt, 8, 1} : DLDataType{kDLInt, 8, 1},
+                        {q.rows, u4 ? q.cols / 2 : q.cols});
+  if (q.scales == nullptr) invalid("prepare: ", qpart(m.name, "scales"), " is NULL");
+  const DLDataType sdt = q.scales->dtype;
+  const bool float_scales =
+      sdt.lanes == 1 && ((sdt.code == kDLFloat && (sdt.bits == 32 || sdt.bits == 16)) ||
+                         (sdt.code == kDLBfloat && sdt.bits == 16));
+  if (!float_scales)
+    invalid("prepare: ", qpart(m.name, "scales"), " has dtype ", dtype_str(sdt),
+            ", expected float32, float16 or bfloat16");
+  m.scale_dtype = weight_dtype(m.name, sdt);
+  const int64_t groups = q.cols / q.group_size;
+  m.scales = quant_part(m.name, "scales", q.scales, sdt, {q.rows, groups});
+  if (q.offsets != nullptr)
+    m.offsets =
+        quant_part(m.name, "offsets (same dtype as scales)", q.offsets, sdt, {q.rows, groups});
+  return m;
+}
+
+QuantizedSet::QuantizedSet(const halo_prepare_args* args, uint32_t accepted,
+                           const WeightSet& plain) {
+  if (!HALO_HAS_FIELD(args, halo_prepare_args, num_quantized_weights)) return;
+  const size_t n = args->num_quantized_weights;
+  if (n > 0 && args->quantized_weights == nullptr)
+    invalid("prepare: quantized_weights=NULL with num_quantized_weights=", n);
+  for (size_t i = 0; i < n; ++i) {
+    QuantMatrix m = validate_quantized(args->quantized_weights[i], accepted);
+    if (plain.has(m.name))
+      invalid("prepare: weight '", m.name,
+              "' is given both plain (weights) and quantized (quantized_weights)");
+    const std::string name = m.name;
+    if (!map_.emplace(name, std::move(m)).second)
+      invalid("prepare: quantized weight '", name, "' is given twice");
+  }
+}
+
+const QuantMatrix* QuantizedSet::get(const std::string& name, int64_t rows, int64_t cols) const {
+  auto it = map_.find(name);
+  if (it == map_.end()) return nullptr;
+  const QuantMatrix& m = it->second;
+  if (m.rows != rows || m.cols != cols)
+    invalid("prepare: quantized weight '", name, "' has rows=", m.rows, " cols=", m.cols,
+            ", expected the model's [", rows, ", ", cols, "]");
+  used_.insert(name);
+  return &m;
+}
+
+void QuantizedSet::refuse_if_given(const std::string& name) const {
+  if (map_.count(name))
+    invalid("prepare: quantized weight '", name,
+            "' is not a projection of this model (only q/k/v/o_proj, gate/up/down_proj and an "
+            "untied lm_head may be quantized)");
+}
+
+void QuantizedSet::check_all_used() const {
+  for (const auto& [name, m] : map_)
+    if (!used_.count(name)) refuse_if_given(name);
+}
+
 namespace {
 
 // The raw integer of a C enum field: a C caller may store any int there, and

@@ -111,6 +111,11 @@ template <class T>
 constexpr size_t v10_size() {
   if constexpr (std::is_same_v<T, halo_model_spec>) return HALO_STRUCT_SIZE(halo_model_spec, flags);
   if constexpr (std::is_same_v<T, halo_limits>) return HALO_STRUCT_SIZE(halo_limits, kv_memory_available);
+  // v1.4 appended quantized_weights: a v1.3 caller's struct ends before them.
+  if constexpr (std::is_same_v<T, halo_prepare_args>)
+    return HALO_STRUCT_SIZE(halo_prepare_args, executable);
+  if constexpr (std::is_same_v<T, halo_compile_args>)  // introduced in v1.1
+    return HALO_STRUCT_SIZE(halo_compile_args, summary_capacity);
   return sizeof(T);
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,49 @@ class WeightSet {
 
  private:
   std::map<std::string, const DLTensor*, std::less<>> map_;
+};
+
+// v1.4: a quantized weight (halo_quantized_tensor) with its generic checks
+// passed: type, group size, and values/scales/offsets of the documented dtype
+// and shape, dense, in host memory. rows/cols are the tensor's own; whether
+// they are the model's is the caller's check (QuantizedSet::get).
+struct QuantMatrix {
+  std::string name;
+  int32_t type = 0;  // halo_quant_type
+  int64_t group = 0, rows = 0, cols = 0;
+  const void* values = nullptr;
+  const void* scales = nullptr;
+  const void* offsets = nullptr;  // NULL: symmetric
+  kernels::DType scale_dtype = kernels::DType::F32;
+  size_t bytes() const;  // values + scales + offsets as given
+};
+
+// Checks one halo_quantized_tensor; INVALID_ARGUMENT naming the weight for a
+// type outside `accepted` (HALO_DTYPE_BIT mask, the device's quant_types), a
+// group size that is not a positive multiple of 16 dividing cols, or a
+// values/scales/offsets tensor of another dtype or shape, strided or not in
+// host memory.
+QuantMatrix validate_quantized(const halo_quantized_tensor& q, uint32_t accepted);
+
+// The quantized weights of a prepare (v1.4), read only when the caller's
+// struct reaches num_quantized_weights. Each is validated on construction and
+// refused when `plain` has the same name. get() hands out those the model
+// uses; check_all_used() then refuses any other (not a projection of this
+// model: embed_tokens, a norm, a name the architecture lacks).
+class QuantizedSet {
+ public:
+  QuantizedSet(const halo_prepare_args* args, uint32_t accepted, const WeightSet& plain);
+  // The weight `name` when given quantized (else nullptr), checked to be [rows, cols].
+  const QuantMatrix* get(const std::string& name, int64_t rows, int64_t cols) const;
+  void check_all_used() const;
+  // check_all_used's refusal for one name now, if it was given (a weight
+  // that is never quantized and is read before the projections: embed_tokens).
+  void refuse_if_given(const std::string& name) const;
+  bool empty() const { return map_.empty(); }
+
+ private:
+  std::map<std::string, QuantMatrix, std::less<>> map_;
+  mutable std::set<std::string, std::less<>> used_;
 };
 
 // `plugin` names the plugin in the refusal of a compiled model (v1.1 field).
