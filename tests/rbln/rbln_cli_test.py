@@ -182,6 +182,31 @@ class Int8(unittest.TestCase):
         print(f"simulated device seconds, 4 x (16 in + 32 out): bf16 {bf:.6f}, int8 {q8:.6f}", file=sys.stderr)
         self.assertLess(q8, 0.8 * bf)
 
+    def test_grouped_gptq8_checkpoint(self):
+        # A GPTQ 8-bit checkpoint, groups of 32 (zero offsets: symmetric), lm_head left in bf16.
+        src = os.path.join(TMP, "pkgchat-gptq8-g32")
+        if not os.path.exists(src):
+            subprocess.run([sys.executable, os.path.join(ARGS.source_dir, "tests", "model",
+                                                          "make_quantized_checkpoint.py"),
+                            self.SRC, src, "gptq8", "--group", "32"], check=True)
+        shape = ("--batch-size", "4", "--max-seq-len", "256")
+        outs = {tp: compile_model(src, f"pkgchat-gptq8-tp{tp}", *shape, "--tensor-parallel-size", str(tp))
+                for tp in (1, 2)}
+        q = load_json(os.path.join(outs[2], "manifest.json"))["quantization"]
+        self.assertEqual(q["group_size"], 32)
+        self.assertNotIn("lm_head", q["weights"])
+        h = chip_header(os.path.join(outs[2], "chip1.safetensors"))
+        self.assertEqual(h["layers.0.down.scales"]["shape"], [256, 352 // 32])  # its columns' groups
+        self.assertEqual(h["lm_head"]["dtype"], "BF16")
+        self.assertEqual(generate_ids(outs[2], "rbln", *prompt_args(True)),
+                         generate_ids(outs[1], "rbln", *prompt_args(True)))
+        # TP 4 would split down_proj's 704 inputs at 176, inside a group of 32.
+        p = halo("compile", src, "--device", "rbln", *shape, "--tensor-parallel-size", "4", "--dry-run",
+                 check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("splits down_proj at input column 176", p.stderr)
+        self.assertIn("quantization group of 32", p.stderr)
+
     def test_int4_is_refused_naming_the_types(self):
         p = halo("compile", self.SRC, "--device", "rbln", "--quantization", "int4", "--dry-run", check=False)
         self.assertEqual(p.returncode, 1, p.stderr)

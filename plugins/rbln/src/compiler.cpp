@@ -391,7 +391,16 @@ bool quantizable(std::string_view name) {
   return false;
 }
 
-// The quantized weights (ABI v1.4), checked: int8, symmetric (no offsets),
+// True if the n floats of t (fp32/fp16/bf16) are all zero: GPTQ's 8-bit
+// checkpoints store the zero point of symmetric weights as offsets of 0.
+bool all_zero(const char* name, const DLTensor* t, int64_t n) {
+  const char* p = static_cast<const char*>(t->data) + t->byte_offset;
+  std::vector<float> f(static_cast<size_t>(n));
+  kernels::to_f32(p, src_dtype(name, t->dtype), f.data(), f.size());
+  return std::all_of(f.begin(), f.end(), [](float v) { return v == 0.0f; });
+}
+
+// The quantized weights (ABI v1.4), checked: int8, symmetric (no offsets, or all 0),
 // group == cols or a multiple of 16 dividing cols (check_quantized_tensor),
 // and a projection matrix.
 QSources read_quantized(const halo_compile_args* a) {
@@ -408,9 +417,9 @@ QSources read_quantized(const halo_compile_args* a) {
     if (q.type != HALO_QUANT_INT8)
       invalid("compile: quantized weight '", q.name, "' is ", halo_quant_type_name(q.type),
               ": the rbln device runs int8 weights only");
-    if (q.offsets)
+    if (q.offsets && !all_zero(q.name, q.offsets, q.rows * (q.cols / q.group_size)))
       invalid("compile: quantized weight '", q.name,
-              "' has offsets (asymmetric int8): the rbln device runs symmetric int8 only");
+              "' has non-zero offsets (asymmetric int8): the rbln device runs symmetric int8 only");
     if (!quantizable(q.name))
       invalid("compile: weight '", q.name,
               "' cannot be int8 on rbln: only q/k/v/o_proj, gate/up/down_proj and lm_head");
