@@ -25,7 +25,7 @@ namespace halo::rbln {
 
 using namespace halo::plugin;  // PluginError, cat, fail, invalid, guarded, check_args
 
-inline constexpr const char* kCompilerVersion = "halo-rbln 0.1.0";
+inline constexpr const char* kCompilerVersion = "halo-rbln 0.2.0";  // 0.2: int8 matrices
 inline constexpr int kCompilerMajor = 0;
 inline constexpr const char* kFormat = "halo-compiled-model/1";
 
