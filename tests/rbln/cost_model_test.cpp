@@ -37,8 +37,17 @@ class CostModel : public ::testing::Test {
     return m;
   }
 
-  ze_rbln_cost_t decode(uint32_t batch, uint32_t tp, int32_t ctx) const {
-    const ze_rbln_decoder_desc_t m = llama_1b();
+  // All projections and the lm_head int8 (halo compile --quantization int8).
+  static constexpr uint32_t kAllInt8 = (1u << ZE_RBLN_L_Q) | (1u << ZE_RBLN_L_K) |
+                                       (1u << ZE_RBLN_L_V) | (1u << ZE_RBLN_L_O) |
+                                       (1u << ZE_RBLN_L_GATE) | (1u << ZE_RBLN_L_UP) |
+                                       (1u << ZE_RBLN_L_DOWN) | ZE_RBLN_QUANT_LM_HEAD;
+
+  ze_rbln_cost_t decode(uint32_t batch, uint32_t tp, int32_t ctx, uint32_t quant_mask = 0,
+                        uint32_t quant_group = 0) const {
+    ze_rbln_decoder_desc_t m = llama_1b();
+    m.quant_mask = quant_mask;
+    m.quant_group = quant_group;
     ze_rbln_graph_desc_t g{};
     g.kind = ZE_RBLN_GRAPH_DECODE;
     g.rows = batch;
@@ -92,6 +101,28 @@ TEST_F(CostModel, TensorParallel4IsFasterByTheModeledAmount) {
   EXPECT_NEAR(speedup, t1.total_s / (chip1 / 4 + t4.link_s + t4.overhead_s), 0.1);
   EXPECT_GT(speedup, 3.0);
   EXPECT_LT(speedup, 4.0);
+}
+
+TEST_F(CostModel, Int8DecodeReadsHalfTheBytes) {
+  // Per output channel: 1 byte per weight plus one fp32 scale per row.
+  const ze_rbln_cost_t bf = decode(1, 1, 512), q8 = decode(1, 1, 512, kAllInt8);
+  const double rows = 16 * (2048 + 512 + 512 + 2048 + 2 * 8192 + 2048) + 128256;
+  const double saved = 1.236e9 - rows * 4;  // bf16 bytes - (int8 bytes + scales), sharded matrices
+  EXPECT_NEAR(bf.dram_bytes - q8.dram_bytes, saved, 0.002e9);
+  EXPECT_GT(q8.memory_s, q8.compute_s) << "an int8 decode is still memory bound";
+  const double ratio = bf.total_s / q8.total_s;
+  std::printf("decode b1 ctx 512: bf16 %.3f ms, int8 %.3f ms, %.2fx\n", 1e3 * bf.total_s,
+              1e3 * q8.total_s, ratio);
+  EXPECT_GT(ratio, 1.85);  // ~2x on the weights; the KV cache and the launch do not shrink
+  EXPECT_LT(ratio, 2.0);
+  // Groups of 128: 16 scales per 2048 inputs, still ~2x.
+  const ze_rbln_cost_t g128 = decode(1, 1, 512, kAllInt8, 128);
+  EXPECT_GT(g128.dram_bytes, q8.dram_bytes);
+  EXPECT_GT(bf.total_s / g128.total_s, 1.8);
+  // At TP 4 each chip reads a quarter of the int8 weights; the link time is the same.
+  const ze_rbln_cost_t bf4 = decode(1, 4, 512), q84 = decode(1, 4, 512, kAllInt8);
+  EXPECT_NEAR(q84.link_s, bf4.link_s, 1e-12);
+  EXPECT_LT(q84.total_s, bf4.total_s * 0.6);
 }
 
 TEST_F(CostModel, PrefillIsComputeBound) {

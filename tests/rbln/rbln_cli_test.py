@@ -91,6 +91,129 @@ class CompileThenGenerate(unittest.TestCase):
             PROMPTS = saved
 
 
+def generate_json(model, device, *extra):
+    args = ["generate", model, "--device", device, "--output", "json", "--log-level", "warn",
+            "--temperature", "0", "--ignore-eos", *extra]
+    return [json.loads(line) for line in halo(*args).stdout.splitlines() if line.strip()]
+
+
+def chip_header(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(n))
+
+
+class Int8(unittest.TestCase):
+    """halo compile --quantization int8: int8 values and fp32 scales per output channel in the chip
+    files, sharded like the plain weights; the decode programs read about half the bytes."""
+
+    SRC = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.SRC = os.path.join(ARGS.source_dir, "models", "pkgchat-5m")
+        shape = ("--batch-size", "4", "--max-seq-len", "256")
+        cls.bf16 = {tp: compile_model(cls.SRC, f"pkgchat-5m-tp{tp}", *shape, "--tensor-parallel-size", str(tp))
+                    for tp in (1, 4)}
+        cls.int8 = {tp: compile_model(cls.SRC, f"pkgchat-int8-tp{tp}", *shape, "--tensor-parallel-size", str(tp),
+                                      "--quantization", "int8") for tp in (1, 4)}
+
+    def test_manifest_and_chip_files(self):
+        for tp, out in self.int8.items():
+            with self.subTest(tp=tp):
+                m = load_json(os.path.join(out, "manifest.json"))
+                q = m["quantization"]
+                self.assertEqual(q["type"], "int8")
+                self.assertEqual(q["scale_dtype"], "fp32")
+                self.assertEqual(q["group_size"], 0)  # one scale per output channel
+                self.assertEqual(sorted(q["weights"]), sorted(["q", "k", "v", "o", "gate", "up", "down", "lm_head"]))
+                for c in range(tp):
+                    h = chip_header(os.path.join(out, f"chip{c}.safetensors"))
+                    self.assertEqual(h["embed"]["dtype"], "BF16")  # never quantized
+                    self.assertEqual(h["layers.0.q"]["dtype"], "I8")
+                    self.assertEqual(h["layers.0.q"]["shape"], [256 // tp, 256])  # rows split
+                    self.assertEqual(h["layers.0.q.scales"]["shape"], [256 // tp, 1])
+                    self.assertEqual(h["layers.5.down"]["shape"], [256, 704 // tp])  # columns split
+                    self.assertEqual(h["layers.5.down.scales"]["shape"], [256, 1])  # the row's scale, whole
+                    self.assertEqual(h["lm_head"]["shape"], [4096 // tp, 256])
+        bf = load_json(os.path.join(self.bf16[1], "manifest.json"))["memory_per_chip"][0]["weights_bytes"]
+        q8 = load_json(os.path.join(self.int8[1], "manifest.json"))["memory_per_chip"][0]["weights_bytes"]
+        # 4.7M matrix weights at 1 byte + scales instead of 2; the bf16 embedding (1M) stays.
+        self.assertLess(q8, 0.62 * bf)
+        self.assertGreater(q8, 0.55 * bf)
+
+    def test_decode_estimate_is_about_half(self):
+        def est(out):
+            p = [p for p in load_json(os.path.join(out, "manifest.json"))["programs"] if p["name"] == "decode_b1"]
+            return p[0]["estimate_at_max_seq_len"]
+        bf, q8 = est(self.bf16[1]), est(self.int8[1])
+        self.assertLess(q8["dram_bytes_per_chip"], 0.62 * bf["dram_bytes_per_chip"])
+        self.assertLess(q8["total_s"], 0.75 * bf["total_s"])
+
+    def test_tp4_equals_tp1_and_agrees_with_bf16(self):
+        q1 = generate_ids(self.int8[1], "rbln", *prompt_args(True))
+        self.assertEqual(generate_ids(self.int8[4], "rbln", *prompt_args(True)), q1)
+        # Teacher-forced top-1 agreement with the bf16 build: every prefix of the bf16 greedy
+        # continuation, one next token each from the int8 build.
+        runs = generate_json(self.bf16[1], "rbln", "--max-tokens", "16", *prompt_args(True))
+        prefixes, want = [], []
+        for r in runs:
+            seq = r["prompt_token_ids"] + r["outputs"][0]["token_ids"] if "outputs" in r else \
+                r["prompt_token_ids"] + r["token_ids"]
+            n = len(r["prompt_token_ids"])
+            for k in range(n, len(seq)):
+                prefixes += ["--prompt-ids", ",".join(map(str, seq[:k]))]
+                want.append(seq[k])
+        got = [r["outputs"][0]["token_ids"][0] if "outputs" in r else r["token_ids"][0]
+               for r in generate_json(self.int8[1], "rbln", "--max-tokens", "1", *prefixes)]
+        agree = sum(a == b for a, b in zip(got, want)) / len(want)
+        print(f"int8 vs bf16 teacher-forced top-1 agreement: {agree:.3f} over {len(want)} positions",
+              file=sys.stderr)
+        self.assertEqual(len(got), len(want))
+        self.assertGreaterEqual(agree, 0.9)
+
+    def test_device_time_per_decode_is_lower(self):
+        def device_seconds(out):
+            path = os.path.join(TMP, os.path.basename(out) + "-bench.json")
+            halo("bench", "throughput", out, "--device", "rbln", "--num-prompts", "4", "--input-len", "16",
+                 "--output-len", "32", "--baseline-prompts", "0", "--output-json", path)
+            return load_json(path)["batched"]["device"]["seconds"]
+        bf, q8 = device_seconds(self.bf16[1]), device_seconds(self.int8[1])
+        print(f"simulated device seconds, 4 x (16 in + 32 out): bf16 {bf:.6f}, int8 {q8:.6f}", file=sys.stderr)
+        self.assertLess(q8, 0.8 * bf)
+
+    def test_grouped_gptq8_checkpoint(self):
+        # A GPTQ 8-bit checkpoint, groups of 32 (zero offsets: symmetric), lm_head left in bf16.
+        src = os.path.join(TMP, "pkgchat-gptq8-g32")
+        if not os.path.exists(src):
+            subprocess.run([sys.executable, os.path.join(ARGS.source_dir, "tests", "model",
+                                                          "make_quantized_checkpoint.py"),
+                            self.SRC, src, "gptq8", "--group", "32"], check=True)
+        shape = ("--batch-size", "4", "--max-seq-len", "256")
+        outs = {tp: compile_model(src, f"pkgchat-gptq8-tp{tp}", *shape, "--tensor-parallel-size", str(tp))
+                for tp in (1, 2)}
+        q = load_json(os.path.join(outs[2], "manifest.json"))["quantization"]
+        self.assertEqual(q["group_size"], 32)
+        self.assertNotIn("lm_head", q["weights"])
+        h = chip_header(os.path.join(outs[2], "chip1.safetensors"))
+        self.assertEqual(h["layers.0.down.scales"]["shape"], [256, 352 // 32])  # its columns' groups
+        self.assertEqual(h["lm_head"]["dtype"], "BF16")
+        self.assertEqual(generate_ids(outs[2], "rbln", *prompt_args(True)),
+                         generate_ids(outs[1], "rbln", *prompt_args(True)))
+        # TP 4 would split down_proj's 704 inputs at 176, inside a group of 32.
+        p = halo("compile", src, "--device", "rbln", *shape, "--tensor-parallel-size", "4", "--dry-run",
+                 check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("splits down_proj at input column 176", p.stderr)
+        self.assertIn("quantization group of 32", p.stderr)
+
+    def test_int4_is_refused_naming_the_types(self):
+        p = halo("compile", self.SRC, "--device", "rbln", "--quantization", "int4", "--dry-run", check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("uint4", p.stderr)
+        self.assertIn("it accepts int8", p.stderr)
+
+
 class Limits(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -86,11 +86,19 @@ void run_compile(const CompileOptions& o) {
   auto print_summary = [&] {
     auto j = nlohmann::json::parse(summary.data(), nullptr, false);
     if (j.is_discarded() || !j.is_object()) return;
-    fmt::print("{} for {} ({}): batch_size={} max_seq_len={} kv_block_size={} tensor_parallel_size={} dtype={} "
-               "decode_buckets={}\n",
-               j.value("compiler_version", "?"), j.value("device", "?"), j.value("device_profile", "?"),
-               j.value("batch_size", 0), j.value("max_seq_len", 0), j.value("kv_block_size", 0),
-               j.value("tensor_parallel_size", 0), j.value("dtype", "?"), j["decode_buckets"].dump());
+    // A plugin that stores quantized weights says so in "quantization" (rbln: int8).
+    const auto q = j.find("quantization");
+    const std::string quant = q != j.end() && q->is_object()
+                                  ? fmt::format(" quantization={}", q->value("type", "?"))
+                                  : std::string();
+    fmt::print(
+        "{} for {} ({}): batch_size={} max_seq_len={} kv_block_size={} tensor_parallel_size={} "
+        "dtype={}{} "
+        "decode_buckets={}\n",
+        j.value("compiler_version", "?"), j.value("device", "?"), j.value("device_profile", "?"),
+        j.value("batch_size", 0), j.value("max_seq_len", 0), j.value("kv_block_size", 0),
+        j.value("tensor_parallel_size", 0), j.value("dtype", "?"), quant,
+        j["decode_buckets"].dump());
     for (const auto& c : j["memory_per_chip"])
       fmt::print("  chip {}: weights {} + KV {} + buffers {} = {} of {}\n", c["chip"].get<int>(),
                  gib(c["weights_bytes"]), gib(c["kv_bytes"]), gib(c["buffers_bytes"]), gib(c["total_bytes"]),

@@ -1,16 +1,20 @@
 // The simulated clock: a roofline per operator on each chip plus the RSD link.
 //
-//   op time   = max(FLOPs / (peak * compute_efficiency), DRAM bytes / (bandwidth * dram_efficiency))
+//   op time   = max(FLOPs / (peak * compute_efficiency), DRAM bytes / (bandwidth *
+//   dram_efficiency))
 //               (counted as compute time when the FLOPs term wins, memory time otherwise)
-//   matmul    : FLOPs 2*M*K*N; DRAM bytes = weights K*N*wbytes once when the M rows of activations
-//               (M*(K+N)*activation_bytes) fit in SRAM, else weights once per SRAM-sized pass plus the
-//               activations themselves.
-//   attention : FLOPs 4*ctx*head_dim per query head; DRAM bytes = K and V of ctx tokens of the chip's kv heads.
-//   all-reduce: ring over n chips: 2*(n-1)/n * bytes / link_bandwidth + 2*(n-1) * link_latency, after the
+//   matmul    : FLOPs 2*M*K*N; DRAM bytes = weights (K*N*wbytes, or for an int8 matrix K*N + its
+//   fp32
+//               scales N*(K/group)*4: the bytes actually stored) once when the M rows of
+//               activations (M*(K+N)*activation_bytes) fit in SRAM, else weights once per
+//               SRAM-sized pass plus the activations themselves.
+//   attention : FLOPs 4*ctx*head_dim per query head; DRAM bytes = K and V of ctx tokens of the
+//   chip's kv heads. all-reduce: ring over n chips: 2*(n-1)/n * bytes / link_bandwidth + 2*(n-1) *
+//   link_latency, after the
 //               o and down products of every layer (bytes = rows * hidden * activation_bytes).
 //   all-gather: the logits shards, (n-1)/n * bytes / link_bandwidth + (n-1) * link_latency.
-//   + launch_overhead once per execution. Elementwise ops (norms, RoPE, SiLU) run from SRAM and are not
-//   charged. Chips run in lockstep; the step costs what the most loaded chip costs.
+//   + launch_overhead once per execution. Elementwise ops (norms, RoPE, SiLU) run from SRAM and are
+//   not charged. Chips run in lockstep; the step costs what the most loaded chip costs.
 #include <algorithm>
 #include <cmath>
 
@@ -32,8 +36,7 @@ struct Acc {
     c.flops += flops;
     c.dram_bytes += bytes;
   }
-  void matmul(double M, double K, double N, double wbytes) {
-    const double weights = K * N * wbytes;
+  void matmul(double M, double K, double N, double weights) {
     const double act = M * (K + N) * p.activation_bytes;
     const double passes = std::max(1.0, std::ceil(act / std::max(1.0, p.sram_bytes)));
     op(2.0 * M * K * N, weights * passes + (passes > 1 ? act : 0.0));
@@ -50,12 +53,23 @@ struct Acc {
   }
 };
 
+// Bytes stored of a weight matrix [N, K] in `bit` of quant_mask (int8 + scales) or plain.
+struct WeightBytes {
+  const ze_rbln_decoder_desc_t& m;
+  double wb;
+  double operator()(uint32_t bit, double K, double N) const {
+    if (m.quant_mask & bit) return double(ze_rbln_q8_bytes(&m, uint64_t(N), uint32_t(K)));
+    return K * N * wb;
+  }
+};
+
 }  // namespace
 
 ze_rbln_cost_t estimate(const Profile& p, const ze_rbln_graph_desc_t& d, const int32_t* ctx_lens, uint32_t num_logits) {
   const ze_rbln_decoder_desc_t& m = *d.model;
   const uint32_t n = std::max<uint32_t>(1, d.num_devices);
   const double wb = m.weight_dtype == ZE_RBLN_DTYPE_FP32 ? 4.0 : 2.0;
+  const WeightBytes W{m, wb};
   const double R = d.rows, H = m.hidden, hd = m.head_dim;
   ze_rbln_cost_t worst{};
   for (uint32_t c = 0; c < n; ++c) {
@@ -68,19 +82,19 @@ ze_rbln_cost_t estimate(const Profile& p, const ze_rbln_graph_desc_t& d, const i
     for (uint32_t r = 0; r < d.rows; ++r) ctx_sum += ctx_lens ? std::max(0, ctx_lens[r]) : 0;
     a.op(0, R * H * wb);  // embedding rows
     for (uint32_t l = 0; l < m.layers; ++l) {
-      a.matmul(R, H, hq * hd, wb);
-      a.matmul(R, H, hkv * hd, wb);
-      a.matmul(R, H, hkv * hd, wb);
+      a.matmul(R, H, hq * hd, W(1u << ZE_RBLN_L_Q, H, hq * hd));
+      a.matmul(R, H, hkv * hd, W(1u << ZE_RBLN_L_K, H, hkv * hd));
+      a.matmul(R, H, hkv * hd, W(1u << ZE_RBLN_L_V, H, hkv * hd));
       a.op(4.0 * ctx_sum * hd * hq, 2.0 * ctx_sum * hkv * hd * p.kv_bytes + 2.0 * R * hkv * hd * p.kv_bytes);
-      a.matmul(R, hq * hd, H, wb);
+      a.matmul(R, hq * hd, H, W(1u << ZE_RBLN_L_O, hq * hd, H));
       a.all_reduce(n, R * H * p.activation_bytes);
-      a.matmul(R, H, ic, wb);
-      a.matmul(R, H, ic, wb);
-      a.matmul(R, ic, H, wb);
+      a.matmul(R, H, ic, W(1u << ZE_RBLN_L_GATE, H, ic));
+      a.matmul(R, H, ic, W(1u << ZE_RBLN_L_UP, H, ic));
+      a.matmul(R, ic, H, W(1u << ZE_RBLN_L_DOWN, ic, H));
       a.all_reduce(n, R * H * p.activation_bytes);
     }
     if (num_logits > 0) {
-      a.matmul(num_logits, H, vc, wb);
+      a.matmul(num_logits, H, vc, W(ZE_RBLN_QUANT_LM_HEAD, H, vc));
       a.all_gather(n, double(num_logits) * m.vocab * 4.0);
     }
     a.c.overhead_s = p.launch_overhead;

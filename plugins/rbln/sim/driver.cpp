@@ -213,10 +213,34 @@ class HostGraphRun {
 
  private:
   void* W(uint32_t c, size_t slot) const { return G_.weights[c * slots_ + slot]; }
-  void* WL(uint32_t c, uint32_t l, size_t s) const {
-    return W(c, ZE_RBLN_W_GLOBAL + size_t{l} * ZE_RBLN_L_SLOTS + s);
+  static size_t LS(uint32_t l, size_t s) {
+    return ZE_RBLN_W_GLOBAL + size_t{l} * ZE_RBLN_L_SLOTS + s;
   }
+  void* WL(uint32_t c, uint32_t l, size_t s) const { return W(c, LS(l, s)); }
   static const float* F(void* p) { return static_cast<const float*>(p); }
+
+  // y [M, N] = x [M, K] . w^T for the matrix w [N, K] of chip c in `slot`
+  // (`qbit` of quant_mask): an int8 one is dequantized (scale * q, fp32)
+  // into a scratch matrix first, weight-only quantization (x stays fp32).
+  void mm(const float* x, size_t M, size_t K, uint32_t c, size_t slot, uint32_t qbit, size_t N,
+          const float* bias, float* y) {
+    namespace k = halo::kernels;
+    if (!(m_.quant_mask & qbit)) {
+      k::matmul_nt(pool_, x, M, K, W(c, slot), wt_, N, bias, y);
+      return;
+    }
+    const auto* q = static_cast<const int8_t*>(W(c, slot));
+    const auto* sc = reinterpret_cast<const float*>(reinterpret_cast<const char*>(q) +
+                                                    ze_rbln_q8_scales_offset(uint64_t{N} * K));
+    const size_t group = ze_rbln_q8_group(&m_, static_cast<uint32_t>(K)), groups = K / group;
+    grow(wdq_, N * K);
+    pool_.parallel_for(N, [&](size_t r, int) {
+      for (size_t kk = 0; kk < K; ++kk)
+        wdq_[r * K + kk] = sc[r * groups + kk / group] * static_cast<float>(q[r * K + kk]);
+    });
+    k::matmul_nt(pool_, x, M, K, wdq_.data(), DType::F32, N, bias, y);
+  }
+  static constexpr uint32_t bit(uint32_t layer_slot) { return 1u << layer_slot; }
 
   // The tokens' embeddings and their rotary cos/sin.
   void embed() {
@@ -259,12 +283,12 @@ class HostGraphRun {
     grow(attn_, R * NQ);
     grow(kk_, R * NKV);
     grow(vv_, R * NKV);
-    k::matmul_nt(pool_, h_.data(), R, H, WL(c, l, ZE_RBLN_L_Q), wt_, NQ, F(WL(c, l, ZE_RBLN_L_QB)),
-                 q_.data());
-    k::matmul_nt(pool_, h_.data(), R, H, WL(c, l, ZE_RBLN_L_K), wt_, NKV, F(WL(c, l, ZE_RBLN_L_KB)),
-                 kk_.data());
-    k::matmul_nt(pool_, h_.data(), R, H, WL(c, l, ZE_RBLN_L_V), wt_, NKV, F(WL(c, l, ZE_RBLN_L_VB)),
-                 vv_.data());
+    mm(h_.data(), R, H, c, LS(l, ZE_RBLN_L_Q), bit(ZE_RBLN_L_Q), NQ, F(WL(c, l, ZE_RBLN_L_QB)),
+       q_.data());
+    mm(h_.data(), R, H, c, LS(l, ZE_RBLN_L_K), bit(ZE_RBLN_L_K), NKV, F(WL(c, l, ZE_RBLN_L_KB)),
+       kk_.data());
+    mm(h_.data(), R, H, c, LS(l, ZE_RBLN_L_V), bit(ZE_RBLN_L_V), NKV, F(WL(c, l, ZE_RBLN_L_VB)),
+       vv_.data());
     float* kc = static_cast<float*>(g_.kv[(size_t{c} * m.layers + l) * 2 + 0]);
     float* vc = static_cast<float*>(g_.kv[(size_t{c} * m.layers + l) * 2 + 1]);
     const bool qk_norm = m.flags & ZE_RBLN_MODEL_QK_NORM;
@@ -305,8 +329,8 @@ class HostGraphRun {
       k::paged_attention(q_.data() + t * NQ + (h0 - q_lo) * hd, h1 - h0, pkv,
                          static_cast<int32_t>(gl), &g_.blocks[t], n_ctx, scale_, scores, out);
     });
-    k::matmul_nt(pool_, attn_.data(), R, NQ, WL(c, l, ZE_RBLN_L_O), wt_, H, nullptr,
-                 c == 0 ? sum_.data() : part_.data());
+    mm(attn_.data(), R, NQ, c, LS(l, ZE_RBLN_L_O), bit(ZE_RBLN_L_O), H, nullptr,
+       c == 0 ? sum_.data() : part_.data());
     if (c > 0) k::add_inplace(sum_.data(), part_.data(), R * H);  // all-reduce, chip order
   }
 
@@ -319,16 +343,16 @@ class HostGraphRun {
           ze_rbln_split(m_.intermediate, c + 1, n_) - ze_rbln_split(m_.intermediate, c, n_);
       grow(gate_, R * I);
       grow(up_, R * I);
-      k::matmul_nt(pool_, h_.data(), R, H, WL(c, l, ZE_RBLN_L_GATE), wt_, I, nullptr, gate_.data());
-      k::matmul_nt(pool_, h_.data(), R, H, WL(c, l, ZE_RBLN_L_UP), wt_, I, nullptr, up_.data());
+      mm(h_.data(), R, H, c, LS(l, ZE_RBLN_L_GATE), bit(ZE_RBLN_L_GATE), I, nullptr, gate_.data());
+      mm(h_.data(), R, H, c, LS(l, ZE_RBLN_L_UP), bit(ZE_RBLN_L_UP), I, nullptr, up_.data());
       pool_.parallel_for(R, [&](size_t t, int) {
         if (m_.activation == 1)
           k::gelu_tanh_mul(gate_.data() + t * I, up_.data() + t * I, gate_.data() + t * I, I);
         else
           k::silu_mul(gate_.data() + t * I, up_.data() + t * I, gate_.data() + t * I, I);
       });
-      k::matmul_nt(pool_, gate_.data(), R, I, WL(c, l, ZE_RBLN_L_DOWN), wt_, H, nullptr,
-                   c == 0 ? sum_.data() : part_.data());
+      mm(gate_.data(), R, I, c, LS(l, ZE_RBLN_L_DOWN), bit(ZE_RBLN_L_DOWN), H, nullptr,
+         c == 0 ? sum_.data() : part_.data());
       if (c > 0) k::add_inplace(sum_.data(), part_.data(), R * H);
     }
     pool_.parallel_for(
@@ -349,11 +373,11 @@ class HostGraphRun {
       const size_t v_lo = ze_rbln_split(m_.vocab, c, n_),
                    nv = ze_rbln_split(m_.vocab, c + 1, n_) - v_lo;
       if (n_ == 1) {
-        k::matmul_nt(pool_, fr.data(), L, H, W(c, ZE_RBLN_W_LM_HEAD), wt_, V, nullptr, g_.logits);
+        mm(fr.data(), L, H, c, ZE_RBLN_W_LM_HEAD, ZE_RBLN_QUANT_LM_HEAD, V, nullptr, g_.logits);
         break;
       }
       grow(shard, L * nv);
-      k::matmul_nt(pool_, fr.data(), L, H, W(c, ZE_RBLN_W_LM_HEAD), wt_, nv, nullptr, shard.data());
+      mm(fr.data(), L, H, c, ZE_RBLN_W_LM_HEAD, ZE_RBLN_QUANT_LM_HEAD, nv, nullptr, shard.data());
       for (size_t i = 0; i < L; ++i)
         std::memcpy(g_.logits + i * V + v_lo, shard.data() + i * nv,
                     nv * sizeof(float));  // all-gather
@@ -370,7 +394,7 @@ class HostGraphRun {
   const size_t slots_;
   const float eps_, scale_;
   std::vector<float> x_, h_, sum_, part_, cs_, sn_;
-  std::vector<float> q_, kk_, vv_, attn_, gate_, up_;
+  std::vector<float> q_, kk_, vv_, attn_, gate_, up_, wdq_;
 };
 
 // Runs one graph execution on the host.

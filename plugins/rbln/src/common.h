@@ -25,7 +25,7 @@ namespace halo::rbln {
 
 using namespace halo::plugin;  // PluginError, cat, fail, invalid, guarded, check_args
 
-inline constexpr const char* kCompilerVersion = "halo-rbln 0.1.0";
+inline constexpr const char* kCompilerVersion = "halo-rbln 0.2.0";  // 0.2: int8 matrices
 inline constexpr int kCompilerMajor = 0;
 inline constexpr const char* kFormat = "halo-compiled-model/1";
 
@@ -57,5 +57,25 @@ struct ModelDims {
 };
 ModelDims model_dims(const halo_model_spec& s, uint32_t weight_dtype);
 nlohmann::json spec_to_json(const halo_model_spec& s);
+
+// The matrices rbln can store as int8 (weight-only): the ABI name (a layer
+// weight's suffix), the chip-file and manifest name, the quant_mask bit.
+struct QuantSlot {
+  const char* abi;
+  const char* chip;
+  uint32_t bit;
+};
+inline constexpr QuantSlot kQuantSlots[] = {
+    {HALO_WEIGHT_Q_PROJ, "q", 1u << ZE_RBLN_L_Q},
+    {HALO_WEIGHT_K_PROJ, "k", 1u << ZE_RBLN_L_K},
+    {HALO_WEIGHT_V_PROJ, "v", 1u << ZE_RBLN_L_V},
+    {HALO_WEIGHT_O_PROJ, "o", 1u << ZE_RBLN_L_O},
+    {HALO_WEIGHT_GATE_PROJ, "gate", 1u << ZE_RBLN_L_GATE},
+    {HALO_WEIGHT_UP_PROJ, "up", 1u << ZE_RBLN_L_UP},
+    {HALO_WEIGHT_DOWN_PROJ, "down", 1u << ZE_RBLN_L_DOWN},
+    {HALO_WEIGHT_LM_HEAD, "lm_head", ZE_RBLN_QUANT_LM_HEAD},
+};
+// The name of a quantized matrix's scales in a chip file.
+inline std::string scales_name(const std::string& slot) { return slot + ".scales"; }
 
 }  // namespace halo::rbln

@@ -13,8 +13,10 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "halo/kernels/dtype.h"
+#include "halo/plugin_support/validate.h"
 #include "runtime.h"
 
 namespace halo::rbln {
@@ -26,6 +28,14 @@ struct Src {
   const char* data = nullptr;
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
+  bool i8 = false;  // int8 values (dtype unused), copied as they are
+};
+
+// A quantized matrix (validated: int8, symmetric): its values [rows, cols]
+// and scales [rows, cols / group] (fp32/fp16/bf16, stored as fp32).
+struct QSrc {
+  Src values, scales;
+  int64_t group = 0;
 };
 
 DType src_dtype(const std::string& name, DLDataType t) {
@@ -45,7 +55,9 @@ struct Out {
   const Src* src = nullptr;
   int64_t row_lo = 0, rows = 0;  // source rows
   int64_t col_lo = 0, cols = 0;  // source columns (== all for a row slice)
-  uint64_t bytes() const { return uint64_t(rows) * uint64_t(cols) * kernels::dtype_size(dtype); }
+  uint64_t bytes() const {
+    return uint64_t(rows) * uint64_t(cols) * (src->i8 ? 1 : kernels::dtype_size(dtype));
+  }
 };
 
 void convert_row(const char* src, DType st, size_t n, DType dt, std::vector<char>& out) {
@@ -72,7 +84,9 @@ void write_chip_file(const fs::path& path, const std::vector<Out>& outs) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   uint64_t off = 0;
   for (const Out& o : outs) {
-    header[o.name] = {{"dtype", st_name(o.dtype)}, {"shape", o.shape}, {"data_offsets", {off, off + o.bytes()}}};
+    header[o.name] = {{"dtype", o.src->i8 ? "I8" : st_name(o.dtype)},
+                      {"shape", o.shape},
+                      {"data_offsets", {off, off + o.bytes()}}};
     off += o.bytes();
   }
   header["__metadata__"] = {{"format", "halo-rbln-shard"}};
@@ -85,12 +99,16 @@ void write_chip_file(const fs::path& path, const std::vector<Out>& outs) {
   f.write(h.data(), static_cast<std::streamsize>(h.size()));
   std::vector<char> buf;
   for (const Out& o : outs) {
-    const size_t es = kernels::dtype_size(o.src->dtype);
+    const size_t es = o.src->i8 ? 1 : kernels::dtype_size(o.src->dtype);
     const int64_t src_cols = o.src->shape.size() > 1 ? o.src->shape[1] : o.src->shape[0];
     for (int64_t r = 0; r < o.rows; ++r) {
       buf.clear();
-      convert_row(o.src->data + (size_t(o.row_lo + r) * size_t(src_cols) + size_t(o.col_lo)) * es, o.src->dtype,
-                  size_t(o.cols), o.dtype, buf);
+      const char* row =
+          o.src->data + (size_t(o.row_lo + r) * size_t(src_cols) + size_t(o.col_lo)) * es;
+      if (o.src->i8)
+        buf.assign(row, row + o.cols);
+      else
+        convert_row(row, o.src->dtype, size_t(o.cols), o.dtype, buf);
       f.write(buf.data(), static_cast<std::streamsize>(buf.size()));
     }
   }
@@ -214,7 +232,8 @@ std::vector<int32_t> decode_buckets(const std::string& opt, int64_t batch) {
   return buckets;
 }
 
-// Memory per chip: weights + KV (batch x max_seq_len, fp32) + logits buffer,
+// Memory per chip: weights (an int8 matrix: its values and fp32 scales) + KV
+// (batch x max_seq_len, fp32) + logits buffer,
 // for the manifest. Sets `refuse` to the message for the first chip it does
 // not fit, which compile reports only after writing the summary.
 nlohmann::json memory_per_chip(const ze_rbln_decoder_desc_t& m, const CompileOptions& o,
@@ -227,10 +246,17 @@ nlohmann::json memory_per_chip(const ze_rbln_decoder_desc_t& m, const CompileOpt
     const uint64_t nkv = ze_rbln_kv_hi(&m, c, n) - ze_rbln_kv_lo(&m, c, n);
     const uint64_t ic = ze_rbln_split(m.intermediate, c + 1, n) - ze_rbln_split(m.intermediate, c, n);
     const uint64_t vc = ze_rbln_split(m.vocab, c + 1, n) - ze_rbln_split(m.vocab, c, n);
-    uint64_t per_layer = 2 * H * 4 + (nq * hd * H + 2 * nkv * hd * H + H * nq * hd + 3 * H * ic) * wb;
+    auto mat = [&](uint32_t bit, uint64_t rows, uint64_t cols) {  // int8 + scales, or plain
+      return (m.quant_mask & bit) ? ze_rbln_q8_bytes(&m, rows, uint32_t(cols)) : rows * cols * wb;
+    };
+    uint64_t per_layer = 2 * H * 4 + mat(1u << ZE_RBLN_L_Q, nq * hd, H) +
+                         mat(1u << ZE_RBLN_L_K, nkv * hd, H) + mat(1u << ZE_RBLN_L_V, nkv * hd, H) +
+                         mat(1u << ZE_RBLN_L_O, H, nq * hd) + mat(1u << ZE_RBLN_L_GATE, ic, H) +
+                         mat(1u << ZE_RBLN_L_UP, ic, H) + mat(1u << ZE_RBLN_L_DOWN, H, ic);
     if (m.flags & ZE_RBLN_MODEL_QKV_BIAS) per_layer += (nq + 2 * nkv) * hd * 4;
     if (m.flags & ZE_RBLN_MODEL_QK_NORM) per_layer += 2 * hd * 4;
-    const uint64_t weights = uint64_t(m.vocab) * H * wb + H * 4 + vc * H * wb + per_layer * m.layers;
+    const uint64_t weights = uint64_t(m.vocab) * H * wb + H * 4 +
+                             mat(ZE_RBLN_QUANT_LM_HEAD, vc, H) + per_layer * m.layers;
     const uint64_t kv = uint64_t(o.batch) * uint64_t(o.max_len) * m.layers * 2 * nkv * hd * 4;
     const uint64_t logits = c == 0 ? uint64_t(std::max<int64_t>(o.batch, chunk)) * m.vocab * 4 : 0;
     const uint64_t total = weights + kv + logits;
@@ -333,22 +359,167 @@ const Src& find_src(const Sources& src, const std::string& name,
   return it->second;
 }
 
+using QSources = std::map<std::string, QSrc, std::less<>>;
+
+// A matrix as given: plain or quantized (exactly one is set).
+struct Mat {
+  const Src* plain = nullptr;
+  const QSrc* q = nullptr;
+};
+
+Mat find_mat(const Sources& src, const QSources& qs, const std::string& name,
+             std::initializer_list<int64_t> shape) {
+  auto it = qs.find(name);
+  if (it == qs.end()) return Mat{&find_src(src, name, shape), nullptr};
+  if (src.count(name)) invalid("compile: weight '", name, "' is given both plain and quantized");
+  if (it->second.values.shape != std::vector<int64_t>(shape))
+    invalid("compile: quantized weight '", name, "' has an unexpected shape");
+  return Mat{nullptr, &it->second};
+}
+
+// True for a matrix rbln may store as int8 (kQuantSlots).
+bool quantizable(std::string_view name) {
+  for (const QuantSlot& q : kQuantSlots) {
+    const std::string_view abi = q.abi;
+    if (q.bit == ZE_RBLN_QUANT_LM_HEAD) {
+      if (name == abi) return true;
+    } else if (name.starts_with(HALO_WEIGHT_LAYER_PREFIX) && name.size() > abi.size() &&
+               name.ends_with(abi) && name[name.size() - abi.size() - 1] == '.') {
+      return true;
+    }
+  }
+  return false;
+}
+
+// True if the n floats of t (fp32/fp16/bf16) are all zero: GPTQ's 8-bit
+// checkpoints store the zero point of symmetric weights as offsets of 0.
+bool all_zero(const char* name, const DLTensor* t, int64_t n) {
+  const char* p = static_cast<const char*>(t->data) + t->byte_offset;
+  std::vector<float> f(static_cast<size_t>(n));
+  kernels::to_f32(p, src_dtype(name, t->dtype), f.data(), f.size());
+  return std::all_of(f.begin(), f.end(), [](float v) { return v == 0.0f; });
+}
+
+// The quantized weights (ABI v1.4), checked: int8, symmetric (no offsets, or all 0),
+// group == cols or a multiple of 16 dividing cols (check_quantized_tensor),
+// and a projection matrix.
+QSources read_quantized(const halo_compile_args* a) {
+  QSources out;
+  if (a->struct_size < HALO_STRUCT_SIZE(halo_compile_args, num_quantized_weights) ||
+      a->num_quantized_weights == 0)
+    return out;
+  if (a->quantized_weights == nullptr)
+    invalid("compile: quantized_weights=NULL with num_quantized_weights=",
+            a->num_quantized_weights);
+  for (size_t i = 0; i < a->num_quantized_weights; ++i) {
+    const halo_quantized_tensor& q = a->quantized_weights[i];
+    check_quantized_tensor("compile", q);
+    if (q.type != HALO_QUANT_INT8)
+      invalid("compile: quantized weight '", q.name, "' is ", halo_quant_type_name(q.type),
+              ": the rbln device runs int8 weights only");
+    if (q.offsets && !all_zero(q.name, q.offsets, q.rows * (q.cols / q.group_size)))
+      invalid("compile: quantized weight '", q.name,
+              "' has non-zero offsets (asymmetric int8): the rbln device runs symmetric int8 only");
+    if (!quantizable(q.name))
+      invalid("compile: weight '", q.name,
+              "' cannot be int8 on rbln: only q/k/v/o_proj, gate/up/down_proj and lm_head");
+    QSrc qs;
+    qs.values = Src{static_cast<const char*>(q.values->data) + q.values->byte_offset,
+                    DType::F32,
+                    {q.rows, q.cols},
+                    true};
+    qs.scales = Src{static_cast<const char*>(q.scales->data) + q.scales->byte_offset,
+                    src_dtype(q.name, q.scales->dtype),
+                    {q.rows, q.cols / q.group_size}};
+    qs.group = q.group_size;
+    if (!out.emplace(q.name, std::move(qs)).second)
+      invalid("compile: quantized weight '", q.name, "' is given twice");
+  }
+  return out;
+}
+
+// The model's quant_group: 0 when every matrix has one scale per row, else
+// the one group size all share (a per-row matrix as wide as it included).
+uint32_t quant_group(const QSources& qs) {
+  int64_t group = 0;
+  for (const auto& [name, q] : qs)
+    if (q.group != q.values.shape[1]) group = q.group;
+  for (const auto& [name, q] : qs)
+    if (group != 0 && q.group != group)
+      invalid("compile: quantized weight '", name, "' has group_size=", q.group, " but others ",
+              group, ": rbln compiles one group size per model (or one scale per output channel)");
+  return static_cast<uint32_t>(group);
+}
+
+// Sets the model's quant_mask and quant_group: the same matrices quantized in
+// every layer (the programs are the same for every layer).
+void set_quant_layout(ze_rbln_decoder_desc_t& m, const QSources& qs) {
+  if (qs.empty()) return;
+  m.quant_group = quant_group(qs);
+  for (const QuantSlot& s : kQuantSlots) {
+    if (s.bit == ZE_RBLN_QUANT_LM_HEAD) {
+      if (qs.count(s.abi)) m.quant_mask |= s.bit;
+      continue;
+    }
+    uint32_t count = 0;
+    for (uint32_t l = 0; l < m.layers; ++l)
+      count += qs.count(cat(HALO_WEIGHT_LAYER_PREFIX, l, ".", s.abi)) ? 1 : 0;
+    if (count == m.layers) m.quant_mask |= s.bit;
+    if (count != 0 && count != m.layers)
+      invalid("compile: ", s.abi, " is quantized in ", count, " of ", m.layers,
+              " layers; rbln needs the same matrices quantized in every layer");
+  }
+}
+
+// Refuses a tensor-parallel split of o_proj or down_proj (by input columns)
+// that cuts through a quantization group.
+void check_tp_groups(const ze_rbln_decoder_desc_t& m, uint32_t n) {
+  const uint32_t G = m.quant_group;
+  if (G == 0 || n == 1) return;
+  for (uint32_t c = 0; c < n; ++c) {
+    const uint64_t q_lo = uint64_t(ze_rbln_split(m.heads, c, n)) * m.head_dim;
+    const uint64_t i_lo = ze_rbln_split(m.intermediate, c, n);
+    if ((m.quant_mask & (1u << ZE_RBLN_L_O)) && q_lo % G != 0)
+      invalid("compile: --tensor-parallel-size=", n, " splits o_proj at input column ", q_lo,
+              ", inside a quantization group of ", G, " (the split must fall on group boundaries)");
+    if ((m.quant_mask & (1u << ZE_RBLN_L_DOWN)) && i_lo % G != 0)
+      invalid("compile: --tensor-parallel-size=", n, " splits down_proj at input column ", i_lo,
+              " of intermediate_size=", m.intermediate, ", inside a quantization group of ", G,
+              " (the split must fall on group boundaries)");
+  }
+}
+
+// The manifest's "quantization": what is stored and how (null: none).
+nlohmann::json quantization_json(const ze_rbln_decoder_desc_t& m) {
+  if (m.quant_mask == 0) return nullptr;
+  nlohmann::json names = nlohmann::json::array();
+  for (const QuantSlot& s : kQuantSlots)
+    if (m.quant_mask & s.bit) names.push_back(s.chip);
+  return {{"type", "int8"},
+          {"weights", names},
+          {"scale_dtype", "fp32"},
+          {"group_size", m.quant_group},  // 0: one scale per output row
+          {"layout",
+           "<slot>: int8 [rows, cols]; <slot>.scales: fp32 [rows, cols / group]; "
+           "w = scale * q (weight-only, symmetric)"}};
+}
+
 // The model's global weights, looked up once for every chip.
 struct GlobalWeights {
   const Src* embed;
-  const Src* lm;
+  Mat lm;
   const Src* fnorm;
 };
 
-// The tensors of chip c of n: the global weights, then every layer's, each
-// sliced to the chip's share of heads, intermediate rows and vocabulary
-// (norms whole, in f32; o_proj and down_proj sliced by columns).
-std::vector<Out> chip_tensors(const ze_rbln_decoder_desc_t& m, const Sources& src,
-                              const GlobalWeights& g, DType dt, uint32_t c, uint32_t n) {
-  const int64_t H = m.hidden, hd = m.head_dim;
-  const int64_t V = m.vocab, I = m.intermediate, NQ = int64_t(m.heads) * hd, NKV = int64_t(m.kv_heads) * hd;
+// The tensors of one chip file, sliced from the sources. A plain matrix is
+// converted to the compiled dtype; an int8 one keeps its values and gets its
+// scales (as fp32) beside it, "<slot>.scales", sliced the same way.
+struct ChipShards {
+  DType dt;
   std::vector<Out> outs;
-  auto rows = [&](uint32_t slot, const Src& sv, DType t, int64_t lo, int64_t cnt) {
+
+  // Rows [lo, lo + cnt) of a matrix, or elements of a vector, in dtype t.
+  void rows(uint32_t slot, const Src& sv, DType t, int64_t lo, int64_t cnt) {
     const int64_t cols = sv.shape.size() > 1 ? sv.shape[1] : 1;
     Out o{slot_name(slot), t, {}, &sv, lo, cnt, 0, cols};
     o.shape = sv.shape.size() > 1 ? std::vector<int64_t>{cnt, cols} : std::vector<int64_t>{cnt};
@@ -359,46 +530,88 @@ std::vector<Out> chip_tensors(const ze_rbln_decoder_desc_t& m, const Sources& sr
       o.cols = cnt;
     }
     outs.push_back(o);
-  };
-  auto colslice = [&](uint32_t slot, const Src& sv, int64_t lo, int64_t cnt) {
+  }
+  // A row split (column parallel): values and scales by rows.
+  void mrows(uint32_t slot, const Mat& w, int64_t lo, int64_t cnt) {
+    if (!w.q) return rows(slot, *w.plain, dt, lo, cnt);
+    rows(slot, w.q->values, DType::F32, lo, cnt);
+    outs.push_back(Out{scales_name(slot_name(slot)),
+                       DType::F32,
+                       {cnt, w.q->scales.shape[1]},
+                       &w.q->scales,
+                       lo,
+                       cnt,
+                       0,
+                       w.q->scales.shape[1]});
+  }
+  // A column split (row parallel, o and down): values by columns, scales by
+  // groups (lo and cnt are multiples of the group: check_tp_groups), or the
+  // whole row's scale when there is one per row.
+  void mcols(uint32_t slot, const Mat& w, int64_t lo, int64_t cnt) {
+    const Src& sv = w.q ? w.q->values : *w.plain;
     outs.push_back(Out{slot_name(slot), dt, {sv.shape[0], cnt}, &sv, 0, sv.shape[0], lo, cnt});
-  };
+    if (!w.q) return;
+    const int64_t groups = w.q->scales.shape[1], g_lo = groups == 1 ? 0 : lo / w.q->group,
+                  g_cnt = groups == 1 ? 1 : cnt / w.q->group;
+    outs.push_back(Out{scales_name(slot_name(slot)),
+                       DType::F32,
+                       {sv.shape[0], g_cnt},
+                       &w.q->scales,
+                       0,
+                       sv.shape[0],
+                       g_lo,
+                       g_cnt});
+  }
+};
+
+// The tensors of chip c of n: the global weights, then every layer's, each
+// sliced to the chip's share of heads, intermediate rows and vocabulary
+// (norms whole, in f32; o_proj and down_proj sliced by columns).
+std::vector<Out> chip_tensors(const ze_rbln_decoder_desc_t& m, const Sources& src,
+                              const QSources& qs, const GlobalWeights& g, DType dt, uint32_t c,
+                              uint32_t n) {
+  const int64_t H = m.hidden, hd = m.head_dim;
+  const int64_t V = m.vocab, I = m.intermediate, NQ = int64_t(m.heads) * hd,
+                NKV = int64_t(m.kv_heads) * hd;
+  ChipShards sh{dt, {}};
   const int64_t q_lo = ze_rbln_split(m.heads, c, n), nq = ze_rbln_split(m.heads, c + 1, n) - q_lo;
   const int64_t kv_lo = ze_rbln_kv_lo(&m, c, n), nkv = ze_rbln_kv_hi(&m, c, n) - kv_lo;
   const int64_t i_lo = ze_rbln_split(m.intermediate, c, n),
                 ni = ze_rbln_split(m.intermediate, c + 1, n) - i_lo;
   const int64_t v_lo = ze_rbln_split(m.vocab, c, n), nv = ze_rbln_split(m.vocab, c + 1, n) - v_lo;
-  rows(ZE_RBLN_W_EMBED, *g.embed, dt, 0, V);
-  rows(ZE_RBLN_W_FINAL_NORM, *g.fnorm, DType::F32, 0, H);
-  rows(ZE_RBLN_W_LM_HEAD, *g.lm, dt, v_lo, nv);
+  sh.rows(ZE_RBLN_W_EMBED, *g.embed, dt, 0, V);
+  sh.rows(ZE_RBLN_W_FINAL_NORM, *g.fnorm, DType::F32, 0, H);
+  sh.mrows(ZE_RBLN_W_LM_HEAD, g.lm, v_lo, nv);
   for (uint32_t l = 0; l < m.layers; ++l) {
     const std::string p = cat(HALO_WEIGHT_LAYER_PREFIX, l, ".");
     const uint32_t b = ZE_RBLN_W_GLOBAL + l * ZE_RBLN_L_SLOTS;
-    rows(b + ZE_RBLN_L_ATTN_NORM, find_src(src, p + HALO_WEIGHT_ATTN_NORM, {H}), DType::F32, 0, H);
-    rows(b + ZE_RBLN_L_Q, find_src(src, p + HALO_WEIGHT_Q_PROJ, {NQ, H}), dt, q_lo * hd, nq * hd);
-    rows(b + ZE_RBLN_L_K, find_src(src, p + HALO_WEIGHT_K_PROJ, {NKV, H}), dt, kv_lo * hd,
-         nkv * hd);
-    rows(b + ZE_RBLN_L_V, find_src(src, p + HALO_WEIGHT_V_PROJ, {NKV, H}), dt, kv_lo * hd,
-         nkv * hd);
+    auto mat = [&](const char* name, std::initializer_list<int64_t> shape) {
+      return find_mat(src, qs, p + name, shape);
+    };
+    sh.rows(b + ZE_RBLN_L_ATTN_NORM, find_src(src, p + HALO_WEIGHT_ATTN_NORM, {H}), DType::F32, 0,
+            H);
+    sh.mrows(b + ZE_RBLN_L_Q, mat(HALO_WEIGHT_Q_PROJ, {NQ, H}), q_lo * hd, nq * hd);
+    sh.mrows(b + ZE_RBLN_L_K, mat(HALO_WEIGHT_K_PROJ, {NKV, H}), kv_lo * hd, nkv * hd);
+    sh.mrows(b + ZE_RBLN_L_V, mat(HALO_WEIGHT_V_PROJ, {NKV, H}), kv_lo * hd, nkv * hd);
     if (m.flags & ZE_RBLN_MODEL_QKV_BIAS) {
-      rows(b + ZE_RBLN_L_QB, find_src(src, p + HALO_WEIGHT_Q_BIAS, {NQ}), DType::F32, q_lo * hd,
-           nq * hd);
-      rows(b + ZE_RBLN_L_KB, find_src(src, p + HALO_WEIGHT_K_BIAS, {NKV}), DType::F32, kv_lo * hd,
-           nkv * hd);
-      rows(b + ZE_RBLN_L_VB, find_src(src, p + HALO_WEIGHT_V_BIAS, {NKV}), DType::F32, kv_lo * hd,
-           nkv * hd);
+      sh.rows(b + ZE_RBLN_L_QB, find_src(src, p + HALO_WEIGHT_Q_BIAS, {NQ}), DType::F32, q_lo * hd,
+              nq * hd);
+      sh.rows(b + ZE_RBLN_L_KB, find_src(src, p + HALO_WEIGHT_K_BIAS, {NKV}), DType::F32,
+              kv_lo * hd, nkv * hd);
+      sh.rows(b + ZE_RBLN_L_VB, find_src(src, p + HALO_WEIGHT_V_BIAS, {NKV}), DType::F32,
+              kv_lo * hd, nkv * hd);
     }
     if (m.flags & ZE_RBLN_MODEL_QK_NORM) {
-      rows(b + ZE_RBLN_L_QN, find_src(src, p + HALO_WEIGHT_Q_NORM, {hd}), DType::F32, 0, hd);
-      rows(b + ZE_RBLN_L_KN, find_src(src, p + HALO_WEIGHT_K_NORM, {hd}), DType::F32, 0, hd);
+      sh.rows(b + ZE_RBLN_L_QN, find_src(src, p + HALO_WEIGHT_Q_NORM, {hd}), DType::F32, 0, hd);
+      sh.rows(b + ZE_RBLN_L_KN, find_src(src, p + HALO_WEIGHT_K_NORM, {hd}), DType::F32, 0, hd);
     }
-    colslice(b + ZE_RBLN_L_O, find_src(src, p + HALO_WEIGHT_O_PROJ, {H, NQ}), q_lo * hd, nq * hd);
-    rows(b + ZE_RBLN_L_MLP_NORM, find_src(src, p + HALO_WEIGHT_MLP_NORM, {H}), DType::F32, 0, H);
-    rows(b + ZE_RBLN_L_GATE, find_src(src, p + HALO_WEIGHT_GATE_PROJ, {I, H}), dt, i_lo, ni);
-    rows(b + ZE_RBLN_L_UP, find_src(src, p + HALO_WEIGHT_UP_PROJ, {I, H}), dt, i_lo, ni);
-    colslice(b + ZE_RBLN_L_DOWN, find_src(src, p + HALO_WEIGHT_DOWN_PROJ, {H, I}), i_lo, ni);
+    sh.mcols(b + ZE_RBLN_L_O, mat(HALO_WEIGHT_O_PROJ, {H, NQ}), q_lo * hd, nq * hd);
+    sh.rows(b + ZE_RBLN_L_MLP_NORM, find_src(src, p + HALO_WEIGHT_MLP_NORM, {H}), DType::F32, 0, H);
+    sh.mrows(b + ZE_RBLN_L_GATE, mat(HALO_WEIGHT_GATE_PROJ, {I, H}), i_lo, ni);
+    sh.mrows(b + ZE_RBLN_L_UP, mat(HALO_WEIGHT_UP_PROJ, {I, H}), i_lo, ni);
+    sh.mcols(b + ZE_RBLN_L_DOWN, mat(HALO_WEIGHT_DOWN_PROJ, {H, I}), i_lo, ni);
   }
-  return outs;
+  return std::move(sh.outs);
 }
 
 // programs/<name>.json: each program as its graph descriptor.
@@ -439,7 +652,10 @@ void compile(halo_compile_args* a) {
   const uint32_t ze_dt = cd.dt == DType::F16 ? ZE_RBLN_DTYPE_FP16 : ZE_RBLN_DTYPE_BF16;
   const std::vector<int32_t> buckets = decode_buckets(o.buckets, o.batch);
   ModelDims dims = model_dims(s, ze_dt);
+  const QSources qs = read_quantized(a);
+  set_quant_layout(dims.desc, qs);
   const ze_rbln_decoder_desc_t& m = dims.desc;
+  check_tp_groups(m, static_cast<uint32_t>(o.tp));
 
   std::string refuse;
   nlohmann::json mem =
@@ -462,6 +678,7 @@ void compile(halo_compile_args* a) {
       {"tensor_parallel_size", o.tp},
       {"chips", nlohmann::json::array()},
       {"dtype", cd.name},
+      {"quantization", quantization_json(m)},
       {"kv_heads_replicated", kv_replicated},
       {"programs", programs_with_estimates(d, m, o, buckets, chunk)},
       {"memory_per_chip", mem},
@@ -485,11 +702,11 @@ void compile(halo_compile_args* a) {
   const int64_t V = m.vocab, H = m.hidden;
   GlobalWeights g{};
   g.embed = &find_src(src, HALO_WEIGHT_EMBED_TOKENS, {V, H});
-  g.lm = tied ? g.embed : &find_src(src, HALO_WEIGHT_LM_HEAD, {V, H});
+  g.lm = tied ? Mat{g.embed, nullptr} : find_mat(src, qs, HALO_WEIGHT_LM_HEAD, {V, H});
   g.fnorm = &find_src(src, HALO_WEIGHT_FINAL_NORM, {H});
   const uint32_t n = static_cast<uint32_t>(o.tp);
   for (uint32_t c = 0; c < n; ++c)
-    write_chip_file(out / cat("chip", c, ".safetensors"), chip_tensors(m, src, g, cd.dt, c, n));
+    write_chip_file(out / cat("chip", c, ".safetensors"), chip_tensors(m, src, qs, g, cd.dt, c, n));
   write_programs(out, manifest, chunk, o.max_len, o.tp, cd.name);
   std::ofstream f(out / "manifest.json");
   f << manifest.dump(2) << "\n";

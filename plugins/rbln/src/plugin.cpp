@@ -148,6 +148,9 @@ void device_get_properties(halo_device_get_properties_args* args) {
   p.num_chips = static_cast<int32_t>(d.chips.size());
   p.capabilities = kCapabilities;
   p.kv_cache_dtypes = HALO_DTYPE_BIT(HALO_KV_DTYPE_FP32);
+  // Weight-only int8 (symmetric, per output channel or per group of a multiple
+  // of 16), what ATOM-class NPUs run; no 4-bit.
+  p.quant_types = HALO_DTYPE_BIT(HALO_QUANT_INT8);
   // Batch size, block size and max length are fixed per compiled model
   // (halo compile), not by the device: 0 here, the compiled values at prepare.
   put_properties(args, p);

@@ -127,11 +127,17 @@ nlohmann::json read_manifest(const fs::path& root, const halo_model_spec& s) {
   if (man.value("compiler_major", -1) != kCompilerMajor)
     fail(HALO_STATUS_FAILED_PRECONDITION, "prepare: ", root.string(), " was compiled by ", man.value("compiler_version", "?"),
          "; this plugin runs models of ", kCompilerVersion, ": compile it again");
-  const nlohmann::json want = spec_to_json(s);
+  nlohmann::json want = spec_to_json(s);
+  nlohmann::json got = man["spec"];
+  // halo compile --quantization unties lm_head from embed_tokens (it gets its
+  // own int8 copy); the chip files always hold lm_head, so the bit is moot.
+  for (nlohmann::json* j : {&want, &got})
+    if ((*j)["flags"].is_number_unsigned())
+      (*j)["flags"] = (*j)["flags"].get<uint32_t>() & ~uint32_t(HALO_MODEL_TIED_EMBEDDINGS);
   for (const char* k : {"vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
                         "head_dim", "flags"})
-    if (man["spec"][k] != want[k])
-      invalid("prepare: ", root.string(), ": the manifest's ", k, "=", man["spec"][k].dump(),
+    if (got[k] != want[k])
+      invalid("prepare: ", root.string(), ": the manifest's ", k, "=", got[k].dump(),
               " does not match config.json's ", want[k].dump());
   return man;
 }
@@ -160,6 +166,74 @@ std::string read_compiled_shapes(halo_executable& e, const nlohmann::json& man,
   return dtype;
 }
 
+// The quant_mask bit of a weight slot (0: never quantized).
+uint32_t quant_bit(uint32_t slot) {
+  if (slot < ZE_RBLN_W_GLOBAL) return slot == ZE_RBLN_W_LM_HEAD ? ZE_RBLN_QUANT_LM_HEAD : 0;
+  return 1u << ((slot - ZE_RBLN_W_GLOBAL) % ZE_RBLN_L_SLOTS);
+}
+
+// The manifest's "quantization" as the model's quant_mask and quant_group.
+void read_quantization(const nlohmann::json& man, const fs::path& root, ze_rbln_decoder_desc_t& m) {
+  const auto it = man.find("quantization");
+  if (it == man.end() || it->is_null()) return;
+  if (it->value("type", "") != "int8" || it->value("scale_dtype", "") != "fp32")
+    invalid("prepare: ", root.string(), ": unsupported quantization ", it->dump());
+  m.quant_group = it->value("group_size", 0u);
+  for (const auto& name : it->at("weights"))
+    for (const QuantSlot& q : kQuantSlots)
+      if (name == q.chip) m.quant_mask |= q.bit;
+}
+
+// A chip file's header and the start of its data.
+struct ChipFile {
+  nlohmann::json header;
+  const char* base = nullptr;
+  size_t data_size = 0;
+  std::string path;
+
+  ChipFile(const Mapped& f, const fs::path& file) : path(file.string()) {
+    uint64_t hlen = 0;
+    if (f.size() < 8) invalid("prepare: ", path, " is truncated");
+    std::memcpy(&hlen, f.data(), 8);
+    if (8 + hlen > f.size()) invalid("prepare: ", path, " has a bad header");
+    header = nlohmann::json::parse(f.data() + 8, f.data() + 8 + hlen, nullptr, false);
+    if (header.is_discarded()) invalid("prepare: ", path, " has a bad header");
+    base = f.data() + 8 + hlen;
+    data_size = f.size() - 8 - hlen;
+  }
+  // Bytes of tensor `name` (checked to lie inside the file) and where they start.
+  std::pair<const char*, uint64_t> bytes(const std::string& name) const {
+    const auto off = header.at(name).at("data_offsets").get<std::vector<uint64_t>>();
+    if (off.size() != 2 || off[1] < off[0] || off[1] > data_size)
+      invalid("prepare: ", path, ": tensor ", name, " lies outside the file");
+    return {base + off[0], off[1] - off[0]};
+  }
+};
+
+// An int8 slot: one allocation of its values, padding and fp32 scales
+// (ze_rbln_q8_bytes), both copied from the chip file.
+void* upload_q8(halo_executable& e, int32_t c, const ChipFile& f, const std::string& name) {
+  const nlohmann::json& t = f.header.at(name);
+  const auto shape = t.at("shape").get<std::vector<uint64_t>>();
+  const ze_rbln_decoder_desc_t& m = e.dims.desc;
+  if (t.value("dtype", "") != "I8" || shape.size() != 2 || !f.header.contains(scales_name(name)))
+    invalid("prepare: ", f.path, ": ", name, " is not an int8 matrix with scales");
+  const uint64_t off = ze_rbln_q8_scales_offset(shape[0] * shape[1]);
+  const auto [values, vbytes] = f.bytes(name);
+  const auto [scales, sbytes] = f.bytes(scales_name(name));
+  if (vbytes != shape[0] * shape[1] ||
+      off + sbytes != ze_rbln_q8_bytes(&m, shape[0], uint32_t(shape[1])))
+    invalid("prepare: ", f.path, ": ", name, " or its scales have the wrong size for group ",
+            ze_rbln_q8_group(&m, uint32_t(shape[1])));
+  char* p = static_cast<char*>(alloc(e, e.chips[size_t(c)], off + sbytes, e.weight_mem,
+                                     "prepare: loading the weights into device memory"));
+  ze_check(zeCommandListAppendMemoryCopy(e.list, p, values, vbytes, nullptr, 0, nullptr),
+           "prepare: copy");
+  ze_check(zeCommandListAppendMemoryCopy(e.list, p + off, scales, sbytes, nullptr, 0, nullptr),
+           "prepare: copy");
+  return p;
+}
+
 // Weights: one allocation per tensor on its chip, copied from the chip file;
 // then the logits buffer on chip 0.
 void load_weights(halo_executable& e, const fs::path& root) {
@@ -168,25 +242,21 @@ void load_weights(halo_executable& e, const fs::path& root) {
   e.weight_ptrs.assign(size_t(e.tp) * slots, nullptr);
   for (int32_t c = 0; c < e.tp; ++c) {
     const fs::path file = root / cat("chip", c, ".safetensors");
-    Mapped f(file);
-    uint64_t hlen = 0;
-    if (f.size() < 8) invalid("prepare: ", file.string(), " is truncated");
-    std::memcpy(&hlen, f.data(), 8);
-    if (8 + hlen > f.size()) invalid("prepare: ", file.string(), " has a bad header");
-    const nlohmann::json h = nlohmann::json::parse(f.data() + 8, f.data() + 8 + hlen, nullptr, false);
-    if (h.is_discarded()) invalid("prepare: ", file.string(), " has a bad header");
-    const char* base = f.data() + 8 + hlen;
+    Mapped mapped(file);
+    const ChipFile f(mapped, file);
     for (uint32_t slot = 0; slot < slots; ++slot) {
       const std::string name = slot_name(slot);
-      if (!h.contains(name)) continue;  // optional (biases, qk norms)
-      const auto off = h[name]["data_offsets"].get<std::vector<uint64_t>>();
-      if (off.size() != 2 || off[1] < off[0] || 8 + hlen + off[1] > f.size())
-        invalid("prepare: ", file.string(), ": tensor ", name, " lies outside the file");
-      void* p = alloc(e, e.chips[size_t(c)], off[1] - off[0], e.weight_mem,
-                      "prepare: loading the weights into device memory");
-      ze_check(zeCommandListAppendMemoryCopy(e.list, p, base + off[0], off[1] - off[0], nullptr, 0,
-                                             nullptr),
-               "prepare: copy");
+      if (!f.header.contains(name)) continue;  // optional (biases, qk norms)
+      void* p = nullptr;
+      if (m.quant_mask & quant_bit(slot)) {
+        p = upload_q8(e, c, f, name);
+      } else {
+        const auto [src, bytes] = f.bytes(name);
+        p = alloc(e, e.chips[size_t(c)], bytes, e.weight_mem,
+                  "prepare: loading the weights into device memory");
+        ze_check(zeCommandListAppendMemoryCopy(e.list, p, src, bytes, nullptr, 0, nullptr),
+                 "prepare: copy");
+      }
       e.weight_ptrs[size_t(c) * slots + slot] = p;
     }
     submit(e, "prepare: weight upload");
@@ -243,7 +313,10 @@ void set_limits(const halo_executable& e, halo_limits* lim, const std::string& d
   lim->kv_bytes_per_block = per_block;
   lim->kv_memory_available = fit_blocks * per_block;
   halo::plugin::set_kv_dtype(lim, HALO_KV_DTYPE_FP32);
-  // compile converted every weight to the manifest's 16-bit type (the KV stays fp32).
+  // compile converted every plain weight to the manifest's 16-bit type (the KV
+  // stays fp32). int8 matrices are weight-only: dequantized to fp32 and
+  // multiplied with the fp32 activations, which nothing rounds, so the
+  // narrowest matmul input is still the 16-bit embedding (and any plain matrix).
   halo::plugin::set_compute_dtype(lim, dtype == "fp16" ? HALO_COMPUTE_DTYPE_FP16 : HALO_COMPUTE_DTYPE_BF16);
 }
 
@@ -272,6 +345,7 @@ void prepare(halo_prepare_args* a) {
   e->dir = root.string();
   const std::string dtype = read_compiled_shapes(*e, man, root, tp_opt, d);
   e->dims = model_dims(s, dtype == "fp16" ? ZE_RBLN_DTYPE_FP16 : ZE_RBLN_DTYPE_BF16);
+  read_quantization(man, root, e->dims.desc);
   e->chips.assign(d.chips.begin(), d.chips.begin() + e->tp);
 
   ze_command_queue_desc_t qd{};

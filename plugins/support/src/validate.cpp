@@ -65,6 +65,53 @@ DType weight_dtype(const std::string& name, DLDataType t) {
           ", expected float32, bfloat16 or float16");
 }
 
+namespace {
+
+// `want` NULL: any of fp32, fp16, bf16.
+void check_quant_part(const char* where, const std::string& what, const DLTensor* t,
+                      const DLDataType* want, int64_t rows, int64_t cols) {
+  contiguous_data(where, what, t);
+  const DLDataType d = t->dtype;
+  const bool ok = d.lanes == 1 && (want ? d.code == want->code && d.bits == want->bits
+                                        : (d.code == kDLFloat && (d.bits == 32 || d.bits == 16)) ||
+                                              (d.code == kDLBfloat && d.bits == 16));
+  if (!ok)
+    invalid(where, ": ", what, " has dtype ", dtype_str(d), ", expected ",
+            want ? dtype_str(*want) : std::string("float32, float16 or bfloat16"));
+  if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
+    invalid(where, ": ", what, " has shape ", shape_str(t->shape, t->ndim), ", expected [", rows,
+            ", ", cols, "]");
+}
+
+}  // namespace
+
+void check_quantized_tensor(const char* where, const halo_quantized_tensor& q) {
+  const std::string name = q.name ? q.name : "(NULL name)";
+  if (!q.name || !q.values || !q.scales)
+    invalid(where, ": quantized weight '", name, "' has a NULL name, values or scales");
+  if (q.type != HALO_QUANT_INT8 && q.type != HALO_QUANT_UINT4)
+    invalid(where, ": quantized weight '", name, "' has an unknown type ", q.type);
+  if (q.rows <= 0 || q.cols <= 0 || q.group_size <= 0 || q.cols % q.group_size != 0 ||
+      (q.group_size != q.cols && q.group_size % 16 != 0))
+    invalid(where, ": quantized weight '", name, "' [", q.rows, ", ", q.cols,
+            "] has group_size=", q.group_size,
+            " (it must divide the input dimension and be a multiple of 16 or equal it)");
+  const bool int8 = q.type == HALO_QUANT_INT8;
+  if (!int8 && q.cols % 2 != 0)
+    invalid(where, ": uint4 weight '", name, "' has an odd input dimension ", q.cols);
+  const DLDataType values{static_cast<uint8_t>(int8 ? kDLInt : kDLUInt), 8, 1};
+  check_quant_part(where, name + " values", q.values, &values, q.rows, int8 ? q.cols : q.cols / 2);
+  const int64_t groups = q.cols / q.group_size;
+  check_quant_part(where, name + " scales", q.scales, nullptr, q.rows, groups);
+  if (q.offsets) {
+    check_quant_part(where, name + " offsets", q.offsets, nullptr, q.rows, groups);
+    if (q.offsets->dtype.code != q.scales->dtype.code ||
+        q.offsets->dtype.bits != q.scales->dtype.bits)
+      invalid(where, ": quantized weight '", name,
+              "' has offsets of another dtype than its scales");
+  }
+}
+
 WeightSet::WeightSet(const halo_named_tensor* weights, size_t n) {
   if (n > 0 && weights == nullptr) invalid("prepare: weights=NULL with num_weights=", n);
   for (size_t i = 0; i < n; ++i) {

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define ZE_RBLN_EXT_VERSION 1
+#define ZE_RBLN_EXT_VERSION 2
 
 typedef struct _ze_rbln_graph_handle_t* ze_rbln_graph_handle_t;
 
@@ -48,7 +48,28 @@ typedef struct ze_rbln_decoder_desc_t {
   uint32_t flags;        /* ZE_RBLN_MODEL_* */
   uint32_t weight_dtype; /* ze_rbln_dtype_t of the matrices (vectors are fp32) */
   const double* rope_inv_freq; /* [head_dim / 2], scaling applied */
+  /* v2: weight-only int8. A matrix whose bit is set in quant_mask (bit s for
+   * layer slot s, e.g. 1u << ZE_RBLN_L_Q; ZE_RBLN_QUANT_LM_HEAD for lm_head;
+   * the same set in every layer) is stored as int8 q [rows, cols] followed,
+   * at byte ze_rbln_q8_scales_offset(rows * cols), by fp32 scales
+   * [rows, cols / group]: w[n][k] = scales[n][k / group] * q[n][k].
+   * group = quant_group, or cols (one scale per output row) when 0. */
+  uint32_t quant_mask;
+  uint32_t quant_group;
 } ze_rbln_decoder_desc_t;
+
+#define ZE_RBLN_QUANT_LM_HEAD (1u << 31)
+static inline uint64_t ze_rbln_q8_scales_offset(uint64_t elems) {
+  return (elems + 63) & ~(uint64_t)63;
+}
+static inline uint32_t ze_rbln_q8_group(const ze_rbln_decoder_desc_t* m, uint32_t cols) {
+  return m->quant_group ? m->quant_group : cols;
+}
+/* Device bytes of an int8 matrix [rows, cols]: values, padding, scales. */
+static inline uint64_t ze_rbln_q8_bytes(const ze_rbln_decoder_desc_t* m, uint64_t rows,
+                                        uint32_t cols) {
+  return ze_rbln_q8_scales_offset(rows * cols) + rows * (cols / ze_rbln_q8_group(m, cols)) * 4;
+}
 
 /* ---- Tensor-parallel sharding rule (RSD), shared by compiler and runtime.
  * Chip c of n owns query heads [heads*c/n, heads*(c+1)/n) (heads % n == 0),

@@ -21,6 +21,12 @@ std::string dtype_str(DLDataType t);
 // Data pointer of a contiguous row-major host tensor (byte_offset applied).
 const void* contiguous_data(const char* where, const std::string& name, const DLTensor* t);
 kernels::DType weight_dtype(const std::string& name, DLDataType t);
+// v1.4: the layout rules of a halo_quantized_tensor (device_abi.h), whatever
+// the device: a known type, 0 < group_size dividing cols and a multiple of 16
+// (or == cols), values int8 [rows, cols] / uint8 [rows, cols/2], scales (and
+// offsets, if any) fp32/fp16/bf16 [rows, cols/group_size] of one dtype, all
+// contiguous on the host. INVALID_ARGUMENT naming `where` and the weight.
+void check_quantized_tensor(const char* where, const halo_quantized_tensor& q);
 
 // A host weight as given to prepare.
 struct Matrix {
