@@ -28,6 +28,7 @@ void put_properties(halo_device_get_properties_args* args, const halo_device_pro
   HALO_PUT(max_model_len);
   HALO_PUT(kv_cache_dtypes);
   HALO_PUT(compute_dtypes);
+  HALO_PUT(quant_types);
 }
 #undef HALO_PUT
 

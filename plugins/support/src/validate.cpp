@@ -101,6 +101,96 @@ std::vector<float> WeightSet::vec(const std::string& name, int64_t n) const {
   return out;
 }
 
+// ------------------------------------------------------ quantized weights
+
+namespace {
+
+// One part (values, scales, offsets) of a quantized weight: dtype and shape.
+const void* quant_part(const std::string& name, const char* part, const DLTensor* t, int64_t rows,
+                       int64_t cols) {
+  if (t == nullptr) invalid("prepare: quantized weight '", name, "' has ", part, "=NULL");
+  const int64_t want[2] = {rows, cols};
+  if (t->ndim != 2 || t->shape == nullptr || t->shape[0] != rows || t->shape[1] != cols)
+    invalid("prepare: quantized weight '", name, "' has ", part, " of shape ",
+            shape_str(t->shape, t->ndim), ", expected ", shape_str(want, 2));
+  return contiguous_data("prepare", cat("quantized weight '", name, "' ", part), t);
+}
+
+DType scale_dtype(const std::string& name, const char* part, DLDataType t) {
+  if (t.lanes == 1 && t.code == kDLFloat && t.bits == 32) return DType::F32;
+  if (t.lanes == 1 && t.code == kDLBfloat && t.bits == 16) return DType::BF16;
+  if (t.lanes == 1 && t.code == kDLFloat && t.bits == 16) return DType::F16;
+  invalid("prepare: quantized weight '", name, "' has ", part, " of dtype ", dtype_str(t),
+          ", expected float32, bfloat16 or float16");
+}
+
+void check_quant_header(const halo_quantized_tensor& q, const std::string& name,
+                        const int64_t* want, uint32_t accepted) {
+  if (q.type <= HALO_QUANT_NONE || q.type > 31 || !(accepted & HALO_DTYPE_BIT(q.type)))
+    invalid("prepare: quantized weight '", name, "' has type ", q.type, " (",
+            halo_quant_type_name(q.type), "), which this device does not take");
+  if (q.rows != want[0] || q.cols != want[1])
+    invalid("prepare: quantized weight '", name, "' is [", q.rows, ", ", q.cols, "], expected ",
+            shape_str(want, 2));
+  if (q.group_size <= 0 || q.group_size % 16 != 0 || q.cols % q.group_size != 0)
+    invalid("prepare: quantized weight '", name, "' has group_size ", q.group_size,
+            ", expected a positive multiple of 16 dividing its ", q.cols, " columns");
+}
+
+}  // namespace
+
+QuantMatrix check_quantized_tensor(const halo_quantized_tensor& q,
+                                   std::initializer_list<int64_t> shape, uint32_t accepted) {
+  const std::string name = q.name ? q.name : "(NULL)";
+  const std::vector<int64_t> want(shape);
+  check_quant_header(q, name, want.data(), accepted);
+  QuantMatrix m;
+  m.type = q.type, m.group_size = q.group_size, m.rows = q.rows, m.cols = q.cols;
+  const bool nib = q.type == HALO_QUANT_UINT4;
+  if (q.values == nullptr) invalid("prepare: quantized weight '", name, "' has values=NULL");
+  const DLDataType vt = q.values->dtype;
+  if (vt.lanes != 1 || vt.bits != 8 || vt.code != (nib ? kDLUInt : kDLInt))
+    invalid("prepare: quantized weight '", name, "' has values of dtype ", dtype_str(vt),
+            ", expected ", nib ? "uint8 (two 4-bit values a byte)" : "int8");
+  m.values = static_cast<const uint8_t*>(
+      quant_part(name, "values", q.values, q.rows, nib ? q.cols / 2 : q.cols));
+  const int64_t groups = q.cols / q.group_size;
+  m.scales = quant_part(name, "scales", q.scales, q.rows, groups);
+  m.scale_dtype = scale_dtype(name, "scales", q.scales->dtype);
+  if (q.offsets) {
+    m.offsets = quant_part(name, "offsets", q.offsets, q.rows, groups);
+    if (scale_dtype(name, "offsets", q.offsets->dtype) != m.scale_dtype)
+      invalid("prepare: quantized weight '", name, "' has offsets of dtype ",
+              dtype_str(q.offsets->dtype), " and scales of dtype ", dtype_str(q.scales->dtype),
+              ", expected one dtype");
+  }
+  const size_t es = kernels::dtype_size(m.scale_dtype);
+  if (reinterpret_cast<uintptr_t>(m.scales) % es != 0 ||
+      reinterpret_cast<uintptr_t>(m.offsets) % es != 0)
+    invalid("prepare: quantized weight '", name, "' scales or offsets are not aligned to their ",
+            es, "-byte elements");
+  return m;
+}
+
+QuantizedSet::QuantizedSet(const halo_prepare_args* args, const WeightSet& plain) {
+  if (args->struct_size < HALO_STRUCT_SIZE(halo_prepare_args, num_quantized_weights)) return;
+  const size_t n = args->num_quantized_weights;
+  if (n > 0 && args->quantized_weights == nullptr)
+    invalid("prepare: quantized_weights=NULL with num_quantized_weights=", n);
+  for (size_t i = 0; i < n; ++i) {
+    const char* name = args->quantized_weights[i].name;
+    if (name == nullptr) invalid("prepare: quantized_weights[", i, "].name is NULL");
+    if (plain.has(name)) invalid("prepare: weight '", name, "' is given both plain and quantized");
+    if (!map_.emplace(name, &args->quantized_weights[i]).second)
+      invalid("prepare: quantized weight '", name, "' is given twice");
+  }
+}
+
+const halo_quantized_tensor* QuantizedSet::find(const std::string& name) const {
+  auto it = map_.find(name);
+  return it == map_.end() ? nullptr : it->second;
+}
+
 namespace {
 
 // The raw integer of a C enum field: a C caller may store any int there, and

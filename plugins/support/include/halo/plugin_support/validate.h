@@ -39,6 +39,39 @@ class WeightSet {
   std::map<std::string, const DLTensor*, std::less<>> map_;
 };
 
+// v1.4: a quantized weight's host data, validated.
+struct QuantMatrix {
+  int32_t type = HALO_QUANT_NONE;  // halo_quant_type
+  int32_t group_size = 0;
+  int64_t rows = 0, cols = 0;
+  const uint8_t* values = nullptr;  // int8 [rows, cols] or uint4 nibbles [rows, cols / 2]
+  const void* scales = nullptr;     // [rows, cols / group_size] of scale_dtype
+  const void* offsets = nullptr;    // nullable, as scales
+  kernels::DType scale_dtype = kernels::DType::F32;
+};
+
+// Checks one halo_quantized_tensor against the ABI's rules (device_abi.h):
+// a type among `accepted` (HALO_DTYPE_BIT(halo_quant_type) bits), rows x cols
+// equal to `shape` ({out, in}), group_size a positive multiple of 16 dividing
+// cols, values int8 [rows, cols] / uint8 [rows, cols / 2], scales and offsets
+// (offsets nullable) of one dtype among fp32/bf16/fp16 and shape [rows, cols /
+// group_size], all dense host tensors. INVALID_ARGUMENT naming the weight.
+QuantMatrix check_quantized_tensor(const halo_quantized_tensor& q,
+                                   std::initializer_list<int64_t> shape, uint32_t accepted);
+
+// The quantized weights of prepare (none when the caller's struct predates
+// v1.4), by name; a name given twice, or also as a plain weight, is refused.
+class QuantizedSet {
+ public:
+  QuantizedSet(const halo_prepare_args* args, const WeightSet& plain);
+  // NULL when `name` is not quantized.
+  const halo_quantized_tensor* find(const std::string& name) const;
+  size_t size() const { return map_.size(); }
+
+ private:
+  std::map<std::string, const halo_quantized_tensor*, std::less<>> map_;
+};
+
 // `plugin` names the plugin in the refusal of a compiled model (v1.1 field).
 void validate_spec(const halo_model_spec* s, const char* plugin);
 
