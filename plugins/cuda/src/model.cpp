@@ -11,6 +11,7 @@
 
 #include "errors.h"
 #include "launch.h"
+#include "quant_upload.h"
 
 namespace halo::cuda {
 
@@ -135,80 +136,6 @@ T* upload(Rank& r, const std::vector<T>& host) {
   auto* p = static_cast<T*>(r.alloc(host.size() * sizeof(T)));
   check_cuda(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "prepare: cudaMemcpy");
   return p;
-}
-
-// The quant types prepare accepts (halo_device_properties.quant_types).
-constexpr uint32_t kQuantTypes = HALO_DTYPE_BIT(HALO_QUANT_INT8) | HALO_DTYPE_BIT(HALO_QUANT_UINT4);
-
-// A projection as prepare received it: plain (m) or quantized (q.type set).
-struct HostProj {
-  std::string name;
-  Matrix m;
-  QuantMatrix q;
-  bool quantized() const { return q.type != HALO_QUANT_NONE; }
-};
-
-// Rows [r0, r1) x columns [c0, c1) of a projection: one part of a fused or
-// sharded matrix on one GPU.
-struct Part {
-  const HostProj* p;
-  int64_t cols;  // of the whole matrix
-  int64_t r0, r1, c0, c1;
-};
-
-// Appends the quantized part's values, scales and offsets (raw bytes) to the
-// three buffers. Columns must fall on group boundaries (a TP shard of o/down).
-void append_quant(const Part& pt, int tp, std::vector<uint8_t>& v, std::vector<uint8_t>& s,
-                  std::vector<uint8_t>& o) {
-  const QuantMatrix& q = pt.p->q;
-  const int64_t g = q.group_size;
-  if (pt.c0 % g != 0 || pt.c1 % g != 0)
-    fail(HALO_STATUS_UNIMPLEMENTED, "prepare: tensor_parallel_size=", tp,
-         " would split quantized weight '", pt.p->name, "' inside a group: its shard is columns [",
-         pt.c0, ", ", pt.c1, ") of ", q.cols, " with group_size ", g);
-  const size_t vb = q.type == HALO_QUANT_UINT4 ? 2 : 1;  // elements per byte
-  const size_t es = kernels::dtype_size(q.scale_dtype);
-  const size_t vrow = static_cast<size_t>(q.cols) / vb, srow = static_cast<size_t>(q.cols / g) * es;
-  const size_t v0 = static_cast<size_t>(pt.c0) / vb, vn = static_cast<size_t>(pt.c1 - pt.c0) / vb;
-  const size_t s0 = static_cast<size_t>(pt.c0 / g) * es,
-               sn = static_cast<size_t>((pt.c1 - pt.c0) / g) * es;
-  for (int64_t r = pt.r0; r < pt.r1; ++r) {
-    const size_t ri = static_cast<size_t>(r);
-    v.insert(v.end(), q.values + ri * vrow + v0, q.values + ri * vrow + v0 + vn);
-    const auto* sc = static_cast<const uint8_t*>(q.scales) + ri * srow + s0;
-    s.insert(s.end(), sc, sc + sn);
-    if (!q.offsets) continue;
-    const auto* of = static_cast<const uint8_t*>(q.offsets) + ri * srow + s0;
-    o.insert(o.end(), of, of + sn);
-  }
-}
-
-// The parts of one fused matrix must agree on how they are quantized.
-void check_fusable(const std::vector<Part>& parts) {
-  const HostProj& a = *parts[0].p;
-  for (const Part& pt : parts) {
-    const HostProj& b = *pt.p;
-    const bool same =
-        a.quantized() == b.quantized() &&
-        (!a.quantized() || (a.q.type == b.q.type && a.q.group_size == b.q.group_size &&
-                            a.q.scale_dtype == b.q.scale_dtype &&
-                            (a.q.offsets == nullptr) == (b.q.offsets == nullptr)));
-    if (!same)
-      fail(HALO_STATUS_UNIMPLEMENTED, "prepare: weight '", b.name, "' is fused on the GPU with '",
-           a.name,
-           "' and must be given like it (both plain, or quantized with the same type, group_size, "
-           "scale "
-           "dtype and offsets or none)");
-  }
-}
-
-k::QuantWeight quant_view(const QuantMatrix& q) {
-  k::QuantWeight w;
-  w.scale_dtype = q.scale_dtype == DType::F16    ? k::kScaleF16
-                  : q.scale_dtype == DType::BF16 ? k::kScaleBf16
-                                                 : k::kScaleF32;
-  w.group = q.group_size;
-  return w;
 }
 
 struct HostLayer {
@@ -755,9 +682,9 @@ void choose_tiling(halo_executable& exe, const halo_model_spec& s, int tp, int o
 // One GPU's matrix made of `parts` stacked by rows: converted to the 16-bit
 // type dt, or (quantized parts) values, scales and offsets uploaded as given.
 Proj upload_proj(Rank& r, Dt dt, int tp, const std::vector<Part>& parts) {
-  check_fusable(parts);
   Proj P;
   const HostProj& first = *parts[0].p;
+  check_fusable(parts);
   if (!first.quantized()) {
     std::vector<uint16_t> buf;
     for (const Part& pt : parts)
@@ -765,13 +692,12 @@ Proj upload_proj(Rank& r, Dt dt, int tp, const std::vector<Part>& parts) {
     P.w16 = upload(r, buf);
     return P;
   }
-  std::vector<uint8_t> v, s, o;
-  for (const Part& pt : parts) append_quant(pt, tp, v, s, o);
+  const QuantHost h = gather_quant(parts, tp);
   P.qtype = first.q.type;
   P.q = quant_view(first.q);
-  P.q.values = upload(r, v);
-  P.q.scales = upload(r, s);
-  if (first.q.offsets) P.q.offsets = upload(r, o);
+  P.q.values = upload(r, h.values);
+  P.q.scales = upload(r, h.scales);
+  if (first.q.offsets) P.q.offsets = upload(r, h.offsets);
   return P;
 }
 

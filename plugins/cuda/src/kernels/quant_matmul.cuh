@@ -20,6 +20,14 @@
 
 #include "common.cuh"
 
+// Fully unrolled loops over the GEMV's M rows keep its accumulators in
+// registers on the GPU (a runtime bound would put them in local memory).
+#if defined(__CUDA_ARCH__)  // the device pass only: the host compiler knows no such pragma
+#define HALO_UNROLL _Pragma("unroll")
+#else
+#define HALO_UNROLL
+#endif
+
 namespace halo::cuda::k {
 
 // Same numbers as halo_quant_type.
@@ -109,7 +117,9 @@ struct QuantGemvKernel {
       float q[8], s, o;
       load_chunk<Q>(row, k, q);
       group_params(p.w, p.K, n, k, s, o);
-      for (int m = 0; m < p.M; ++m) {
+      HALO_UNROLL
+      for (int m = 0; m < kQuantGemvMaxM; ++m) {
+        if (m >= p.M) break;
         const T* xm = p.x + static_cast<size_t>(m) * p.K + k;
         float dq = 0.f, sx = 0.f;
         for (int i = 0; i < 8; ++i) {
@@ -129,7 +139,9 @@ struct QuantGemvKernel {
     if (phase == 0) {
       float acc[kQuantGemvMaxM] = {};
       if (n < p.N) partial(p, n, lane, acc);
-      for (int m = 0; m < p.M; ++m) c.smem[m * c.nthreads + c.tid] = acc[m];
+      HALO_UNROLL
+      for (int m = 0; m < kQuantGemvMaxM; ++m)
+        if (m < p.M) c.smem[m * c.nthreads + c.tid] = acc[m];
       return 1;
     }
     // Threads (r, m) for m < M sum row r's 32 lanes in a fixed order.
