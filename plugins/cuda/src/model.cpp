@@ -556,8 +556,7 @@ void check_quantized_used(const HostWeights& hw, const QuantizedSet& qs,
     if (!found)
       invalid("prepare: quantized weight '", name,
               "' is not a projection of this model (only q/k/v/o_proj, gate/up/down_proj and an "
-              "untied lm_head "
-              "may be quantized)");
+              "untied lm_head may be quantized)");
   }
 }
 
