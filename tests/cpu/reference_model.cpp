@@ -187,6 +187,9 @@ const std::vector<float>& TestModel::w(const std::string& name) const {
   return tensor(name).values;
 }
 const DLTensor* TestModel::dl(const std::string& name) const { return &dl_.at(index_.at(name)); }
+void TestModel::set_reference_values(const std::string& name, std::vector<float> v) {
+  tensors_.at(index_.at(name)).values = std::move(v);
+}
 
 // -------------------------------------------------------------- reference
 

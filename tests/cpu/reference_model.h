@@ -77,6 +77,9 @@ class TestModel {
   const std::vector<float>& w(const std::string& name) const;
   const Tensor& tensor(const std::string& name) const;
   const DLTensor* dl(const std::string& name) const;
+  // Replaces the values reference_forward uses for `name` (e.g. by a
+  // quantized weight's dequantized values); what plugins see is unchanged.
+  void set_reference_values(const std::string& name, std::vector<float> v);
 
  private:
   void add(const std::string& name, std::vector<int64_t> shape, int kind);

@@ -6,10 +6,14 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <string>
 
+#include "halo/kernels/dtype.h"
 #include "reference_model.h"
 
 namespace {
@@ -112,9 +116,103 @@ TEST(CudaPlugin, ArgumentErrorsNeedNoDevice) {
 
 // ------------------------------------------------------- on a real GPU only
 
-void run_model_on_gpu(const halo::test::Config& cfg, bool graphs, double tol) {
+// Quantized projections of a TestModel (ABI v1.4 layout, fp16 scales): int8
+// symmetric or uint4 with offsets (min/max per group). The reference's values
+// become the dequantized ones, so the GPU's logits are compared with the
+// model the plugin was given.
+struct QuantizedModel {
+  struct Entry {
+    std::vector<uint8_t> values;
+    std::vector<uint16_t> scales, offsets;
+    int64_t vshape[2], sshape[2];
+    DLTensor v{}, s{}, o{};
+  };
+  std::vector<std::unique_ptr<Entry>> entries;
+  std::vector<halo_quantized_tensor> quantized;
+  std::vector<halo_named_tensor> plain;
+};
+
+DLTensor host_2d(void* data, int64_t* shape, DLDataType dt) {
+  DLTensor d{};
+  d.data = data;
+  d.device = {kDLCPU, 0};
+  d.ndim = 2;
+  d.dtype = dt;
+  d.shape = shape;
+  return d;
+}
+
+// Quantizes one [rows, cols] weight; returns its dequantized values.
+std::vector<float> quantize_into(QuantizedModel::Entry& e, const std::vector<float>& w,
+                                 int64_t rows, int64_t cols, int32_t type, int32_t group) {
+  namespace hk = halo::kernels;
+  const bool nib = type == HALO_QUANT_UINT4;
+  const int64_t G = cols / group;
+  e.values.assign(static_cast<size_t>(rows * (nib ? cols / 2 : cols)), 0);
+  e.scales.resize(static_cast<size_t>(rows * G));
+  e.offsets.resize(e.scales.size());
+  std::vector<float> deq(w.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      const float* x = &w[static_cast<size_t>(r * cols + g * group)];
+      const auto [lo, hi] = std::minmax_element(x, x + group);
+      const float amax = std::max(std::fabs(*lo), std::fabs(*hi));
+      const size_t gi = static_cast<size_t>(r * G + g);
+      e.scales[gi] =
+          hk::f32_to_f16(nib ? std::max(*hi - *lo, 1e-6f) / 15.f : std::max(amax, 1e-6f) / 127.f);
+      e.offsets[gi] = hk::f32_to_f16(nib ? *lo : 0.f);
+      const float s = hk::f16_to_f32(e.scales[gi]), o = hk::f16_to_f32(e.offsets[gi]);
+      for (int32_t i = 0; i < group; ++i) {
+        const size_t at = static_cast<size_t>(r * cols + g * group + i);
+        const int q = nib ? std::clamp(static_cast<int>(std::lround((x[i] - o) / s)), 0, 15)
+                          : std::clamp(static_cast<int>(std::lround(x[i] / s)), -128, 127);
+        if (nib)
+          e.values[at / 2] |= static_cast<uint8_t>(q << (4 * (at % 2)));
+        else
+          e.values[at] = static_cast<uint8_t>(static_cast<int8_t>(q));
+        deq[at] = s * static_cast<float>(q) + o;
+      }
+    }
+  e.vshape[0] = rows, e.vshape[1] = nib ? cols / 2 : cols, e.sshape[0] = rows, e.sshape[1] = G;
+  e.v = host_2d(e.values.data(), e.vshape,
+                nib ? DLDataType{kDLUInt, 8, 1} : DLDataType{kDLInt, 8, 1});
+  e.s = host_2d(e.scales.data(), e.sshape, DLDataType{kDLFloat, 16, 1});
+  e.o = host_2d(e.offsets.data(), e.sshape, DLDataType{kDLFloat, 16, 1});
+  return deq;
+}
+
+// group 0: per output channel.
+QuantizedModel quantize_model(halo::test::TestModel& m, int32_t type, int32_t group) {
+  QuantizedModel qm;
+  for (const halo_named_tensor& t : m.named) {
+    const std::string name = t.name;
+    const bool proj = name.find("_proj") != std::string::npos || name == HALO_WEIGHT_LM_HEAD;
+    if (!proj) {
+      qm.plain.push_back(t);
+      continue;
+    }
+    const auto& tensor = m.tensor(name);
+    const int64_t rows = tensor.shape[0], cols = tensor.shape[1];
+    const int32_t g = group ? group : static_cast<int32_t>(cols);
+    qm.entries.push_back(std::make_unique<QuantizedModel::Entry>());
+    QuantizedModel::Entry& e = *qm.entries.back();
+    m.set_reference_values(name, quantize_into(e, m.w(name), rows, cols, type, g));
+    qm.quantized.push_back(
+        {t.name, type, g, rows, cols, &e.v, &e.s, type == HALO_QUANT_UINT4 ? &e.o : nullptr});
+  }
+  return qm;
+}
+
+struct QuantRequest {
+  int32_t type = HALO_QUANT_NONE;
+  int32_t group = 0;
+};
+
+void run_model_on_gpu(const halo::test::Config& cfg, bool graphs, double tol,
+                      QuantRequest qr = {}) {
   using namespace halo::test;
-  const TestModel m(cfg);
+  TestModel m(cfg);
+  const QuantizedModel qm = qr.type ? quantize_model(m, qr.type, qr.group) : QuantizedModel{};
   halo_option opt{"cuda_graphs", graphs ? "1" : "0"};
   halo_device_open_args o{};
   o.struct_size = sizeof o;
@@ -130,8 +228,10 @@ void run_model_on_gpu(const halo::test::Config& cfg, bool graphs, double tol) {
   pa.struct_size = sizeof pa;
   pa.device = o.device;
   pa.spec = &m.spec;
-  pa.weights = m.named.data();
-  pa.num_weights = m.named.size();
+  pa.weights = qr.type ? qm.plain.data() : m.named.data();
+  pa.num_weights = qr.type ? qm.plain.size() : m.named.size();
+  pa.quantized_weights = qm.quantized.data();
+  pa.num_quantized_weights = qm.quantized.size();
   pa.limits = &lim;
   const St ps = take(cuda_api()->prepare(&pa));
   ASSERT_EQ(ps.code, HALO_STATUS_OK) << ps.message;
@@ -207,6 +307,68 @@ TEST(CudaPluginGpu, LogitsMatchReferenceModel) {
     cfg.wt = halo::test::WeightType::F16;
     run_model_on_gpu(cfg, graphs, 3e-2);
   }
+}
+
+// Weight-only int8 (per channel) and uint4 (group 32, offsets) projections:
+// logits against the reference forward of the dequantized model.
+TEST(CudaPluginGpu, QuantizedWeightsMatchDequantizedReference) {
+  std::string reason;
+  if (gpu_count(&reason) <= 0)
+    GTEST_SKIP() << "no GPU here, so the quantized kernels ran only in host emulation: " << reason;
+  halo::test::Config cfg;
+  cfg.heads = 8, cfg.kv_heads = 2, cfg.head_dim = 16, cfg.hidden = 64, cfg.inter = 96;
+  cfg.wt = halo::test::WeightType::BF16;
+  for (bool graphs : {false, true}) {
+    SCOPED_TRACE(graphs ? "graphs" : "eager");
+    run_model_on_gpu(cfg, graphs, 3e-2, {HALO_QUANT_INT8, 0});
+    run_model_on_gpu(cfg, graphs, 3e-2, {HALO_QUANT_UINT4, 32});
+  }
+}
+
+// prepare refuses a malformed quantized weight with INVALID_ARGUMENT naming it.
+TEST(CudaPluginGpu, PrepareRefusesBadQuantizedWeightByName) {
+  std::string reason;
+  if (gpu_count(&reason) <= 0)
+    GTEST_SKIP() << "no GPU here, so prepare cannot be reached: " << reason;
+  using namespace halo::test;
+  halo::test::Config cfg;
+  cfg.hidden = 64, cfg.inter = 96, cfg.head_dim = 16;
+  TestModel m(cfg);
+  QuantizedModel qm = quantize_model(m, HALO_QUANT_UINT4, 32);
+  halo_device_open_args o{};
+  o.struct_size = sizeof o;
+  ASSERT_EQ(take(cuda_api()->device_open(&o)).code, HALO_STATUS_OK);
+  halo_device_properties p{};
+  p.struct_size = sizeof p;
+  halo_device_get_properties_args g{};
+  g.struct_size = sizeof g;
+  g.properties = &p;
+  ASSERT_EQ(take(cuda_api()->device_get_properties(&g)).code, HALO_STATUS_OK);
+  EXPECT_EQ(p.quant_types, HALO_DTYPE_BIT(HALO_QUANT_INT8) | HALO_DTYPE_BIT(HALO_QUANT_UINT4));
+  auto prepare_with = [&](int32_t group) {
+    qm.quantized[3].group_size = group;
+    halo_limits lim{};
+    lim.struct_size = sizeof lim;
+    lim.max_model_len = 64;
+    halo_prepare_args pa{};
+    pa.struct_size = sizeof pa;
+    pa.device = o.device;
+    pa.spec = &m.spec;
+    pa.weights = qm.plain.data();
+    pa.num_weights = qm.plain.size();
+    pa.quantized_weights = qm.quantized.data();
+    pa.num_quantized_weights = qm.quantized.size();
+    pa.limits = &lim;
+    const St s = take(cuda_api()->prepare(&pa));
+    if (pa.executable) cuda_api()->executable_destroy(pa.executable);
+    return s;
+  };
+  EXPECT_EQ(prepare_with(32).code, HALO_STATUS_OK);
+  const St bad = prepare_with(24);
+  EXPECT_EQ(bad.code, HALO_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(bad.message.find(std::string("'") + qm.quantized[3].name + "'"), std::string::npos)
+      << bad.message;
+  cuda_api()->device_destroy(o.device);
 }
 
 }  // namespace

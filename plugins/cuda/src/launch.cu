@@ -1,6 +1,6 @@
 // The plugin's one CUDA translation unit: the generic __global__ wrapper
 // that runs a kernel's step() phases with a barrier between them, and the
-// explicit instantiations (7 kernels x {bf16, fp16} + block copy).
+// explicit instantiations (11 kernels x {bf16, fp16} + block copy).
 #include <atomic>
 
 #include "launch.h"

@@ -7,6 +7,7 @@
 
 #include "kernels/attention.cuh"
 #include "kernels/elementwise.cuh"
+#include "kernels/quant_matmul.cuh"
 
 namespace halo::cuda {
 
@@ -22,7 +23,11 @@ cudaError_t launch(const typename K::Params& p, k::Dim3 grid, int threads, size_
   X(k::GatedActKernel<T>)               \
   X(k::DecodeAttnKernel<T>)             \
   X(k::DecodeReduceKernel<T>)           \
-  X(k::PrefillAttnKernel<T>)
+  X(k::PrefillAttnKernel<T>)            \
+  X(k::QuantGemvInt8<T>)                \
+  X(k::QuantGemvUint4<T>)               \
+  X(k::QuantTiledInt8<T>)               \
+  X(k::QuantTiledUint4<T>)
 
 #define HALO_CUDA_DECLARE_LAUNCH(K) \
   extern template cudaError_t launch<K>(const K::Params&, k::Dim3, int, size_t, cudaStream_t);

@@ -11,6 +11,7 @@
 
 #include "errors.h"
 #include "launch.h"
+#include "quant_upload.h"
 
 namespace halo::cuda {
 
@@ -138,7 +139,7 @@ T* upload(Rank& r, const std::vector<T>& host) {
 }
 
 struct HostLayer {
-  Matrix q, k, v, o, gate, up, down;
+  HostProj q, k, v, o, gate, up, down;
   std::vector<float> attn_norm, mlp_norm, q_bias, k_bias, v_bias, q_norm, k_norm;
 };
 
@@ -193,19 +194,39 @@ struct Forward {
   int kvh_l() const { return e.kv_heads / e.tp; }
   int inter_l() const { return e.inter / e.tp; }
 
-  void gemm(Rank& r, const void* x, int M, int K, const void* w, int N, float* out) const {
+  // out[M, N] = x[M, K] w^T, fp32 out: cuBLAS for a 16-bit w, the
+  // quantized kernels (GEMV for a decode-sized M, tiles otherwise) for a
+  // quantized one.
+  void gemm(Rank& r, const void* x, int M, int K, const Proj& w, int N, float* out) const {
     if (M == 0) return;
+    if (w.qtype == HALO_QUANT_INT8)
+      return qgemm<k::QuantGemvInt8<T>, k::QuantTiledInt8<T>>(r, x, M, K, w, N, out);
+    if (w.qtype == HALO_QUANT_UINT4)
+      return qgemm<k::QuantGemvUint4<T>, k::QuantTiledUint4<T>>(r, x, M, K, w, N, out);
     const float alpha = 1.f, beta = 0.f;
     const cudaDataType_t t = e.dt == Dt::BF16 ? CUDA_R_16BF : CUDA_R_16F;
     // Row-major out[M, N] = x[M, K] w[N, K]^T is column-major out^T = w^T' x^T'.
-    check_blas(cublasGemmEx(r.blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, t, K, x, t, K, &beta, out,
-                            CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    check_blas(cublasGemmEx(r.blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w.w16, t, K, x, t, K,
+                            &beta, out, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "execute: cublasGemmEx");
   }
 
   template <class K>
   void run(const typename K::Params& p, k::Dim3 grid, int threads, size_t smem_floats, cudaStream_t s) const {
     check_cuda(launch<K>(p, grid, threads, smem_floats * sizeof(float), s), "execute: kernel launch");
+  }
+
+  template <class Gemv, class Tiled>
+  void qgemm(Rank& r, const void* x, int M, int K, const Proj& w, int N, float* out) const {
+    const T* xt = static_cast<const T*>(x);
+    if (M <= k::kQuantGemvMaxM) {
+      const int nt = 128;  // 4 output rows a block, 32 threads each
+      run<Gemv>({xt, w.q, out, M, N, K}, {k::ceil_div(N, nt / 32), 1, 1}, nt, Gemv::smem_floats(nt),
+                r.stream);
+    } else {
+      run<Tiled>({xt, w.q, out, M, N, K}, {k::ceil_div(N, Tiled::BN), k::ceil_div(M, Tiled::BM), 1},
+                 Tiled::kThreads, Tiled::smem_floats(), r.stream);
+    }
   }
 
   void attention_part(size_t ri, int l) const {
@@ -499,14 +520,27 @@ void copy_spec(halo_executable& exe, const halo_model_spec& s) {
 
 // The checkpoint's weights on the host, before conversion and sharding.
 struct HostWeights {
-  Matrix embed, lm_head;
+  Matrix embed;
+  HostProj lm_head;
   std::vector<HostLayer> layers;
   std::vector<float> final_norm;
   bool tied = false;
 };
 
+// A projection [rows, cols], quantized when prepare gave it so.
+HostProj read_proj(const WeightSet& w, const QuantizedSet& qs, const std::string& name,
+                   int64_t rows, int64_t cols) {
+  HostProj p;
+  p.name = name;
+  if (const QuantMatrix* q = qs.get(name, rows, cols))
+    p.q = *q;
+  else
+    p.m = w.get(name, {rows, cols});
+  return p;
+}
+
 // Every weight by its canonical name (validated exactly as the CPU plugin does).
-HostWeights read_weights(const WeightSet& w, const halo_model_spec& s) {
+HostWeights read_weights(const WeightSet& w, const QuantizedSet& qs, const halo_model_spec& s) {
   const int64_t V = s.vocab_size, H = s.hidden_size, I = s.intermediate_size;
   const int64_t NQ = int64_t{s.num_heads} * s.head_dim, NKV = int64_t{s.num_kv_heads} * s.head_dim;
   HostWeights hw;
@@ -516,9 +550,9 @@ HostWeights read_weights(const WeightSet& w, const halo_model_spec& s) {
     const std::string p = HALO_WEIGHT_LAYER_PREFIX + std::to_string(i) + ".";
     HostLayer& L = hw.layers[static_cast<size_t>(i)];
     L.attn_norm = w.vec(p + HALO_WEIGHT_ATTN_NORM, H);
-    L.q = w.get(p + HALO_WEIGHT_Q_PROJ, {NQ, H});
-    L.k = w.get(p + HALO_WEIGHT_K_PROJ, {NKV, H});
-    L.v = w.get(p + HALO_WEIGHT_V_PROJ, {NKV, H});
+    L.q = read_proj(w, qs, p + HALO_WEIGHT_Q_PROJ, NQ, H);
+    L.k = read_proj(w, qs, p + HALO_WEIGHT_K_PROJ, NKV, H);
+    L.v = read_proj(w, qs, p + HALO_WEIGHT_V_PROJ, NKV, H);
     if (s.flags & HALO_MODEL_QKV_BIAS) {
       L.q_bias = w.vec(p + HALO_WEIGHT_Q_BIAS, NQ);
       L.k_bias = w.vec(p + HALO_WEIGHT_K_BIAS, NKV);
@@ -528,15 +562,18 @@ HostWeights read_weights(const WeightSet& w, const halo_model_spec& s) {
       L.q_norm = w.vec(p + HALO_WEIGHT_Q_NORM, s.head_dim);
       L.k_norm = w.vec(p + HALO_WEIGHT_K_NORM, s.head_dim);
     }
-    L.o = w.get(p + HALO_WEIGHT_O_PROJ, {H, NQ});
+    L.o = read_proj(w, qs, p + HALO_WEIGHT_O_PROJ, H, NQ);
     L.mlp_norm = w.vec(p + HALO_WEIGHT_MLP_NORM, H);
-    L.gate = w.get(p + HALO_WEIGHT_GATE_PROJ, {I, H});
-    L.up = w.get(p + HALO_WEIGHT_UP_PROJ, {I, H});
-    L.down = w.get(p + HALO_WEIGHT_DOWN_PROJ, {H, I});
+    L.gate = read_proj(w, qs, p + HALO_WEIGHT_GATE_PROJ, I, H);
+    L.up = read_proj(w, qs, p + HALO_WEIGHT_UP_PROJ, I, H);
+    L.down = read_proj(w, qs, p + HALO_WEIGHT_DOWN_PROJ, H, I);
   }
   hw.final_norm = w.vec(HALO_WEIGHT_FINAL_NORM, H);
   hw.tied = s.flags & HALO_MODEL_TIED_EMBEDDINGS;
-  hw.lm_head = hw.tied ? hw.embed : w.get(HALO_WEIGHT_LM_HEAD, {V, H});
+  if (hw.tied)
+    hw.lm_head.name = HALO_WEIGHT_EMBED_TOKENS, hw.lm_head.m = hw.embed;
+  else
+    hw.lm_head = read_proj(w, qs, HALO_WEIGHT_LM_HEAD, V, H);
   return hw;
 }
 
@@ -544,10 +581,13 @@ HostWeights read_weights(const WeightSet& w, const halo_model_spec& s) {
 // The KV cache is stored in the compute type.
 void choose_compute_dtype(halo_executable& exe, const HostWeights& hw, const halo_limits* lim) {
   bool any_bf16 = false, any_f16 = false, any_f32 = false;
-  auto see = [&](const Matrix& m) {
+  auto see_m = [&](const Matrix& m) {
     any_bf16 |= m.dtype == DType::BF16, any_f16 |= m.dtype == DType::F16, any_f32 |= m.dtype == DType::F32;
   };
-  see(hw.embed), see(hw.lm_head);
+  auto see = [&](const HostProj& p) {
+    if (!p.quantized()) see_m(p.m);  // quantized weights are dequantized in fp32, never rounded
+  };
+  see_m(hw.embed), see(hw.lm_head);
   for (const auto& L : hw.layers)
     see(L.q), see(L.k), see(L.v), see(L.o), see(L.gate), see(L.up), see(L.down);
   exe.dt = any_bf16 || !any_f16 ? Dt::BF16 : Dt::F16;
@@ -617,6 +657,28 @@ void choose_tiling(halo_executable& exe, const halo_model_spec& s, int tp, int o
          " bytes per block");
 }
 
+// One GPU's matrix made of `parts` stacked by rows: converted to the 16-bit
+// type dt, or (quantized parts) values, scales and offsets uploaded as given.
+Proj upload_proj(Rank& r, Dt dt, int tp, const std::vector<Part>& parts) {
+  Proj P;
+  const HostProj& first = *parts[0].p;
+  check_fusable(parts);
+  if (!first.quantized()) {
+    std::vector<uint16_t> buf;
+    for (const Part& pt : parts)
+      convert_block(pt.p->m, pt.cols, pt.r0, pt.r1, pt.c0, pt.c1, dt, buf);
+    P.w16 = upload(r, buf);
+    return P;
+  }
+  const QuantHost h = gather_quant(parts, tp);
+  P.qtype = first.q.type;
+  P.q = quant_view(first.q);
+  P.q.values = upload(r, h.values);
+  P.q.scales = upload(r, h.scales);
+  if (first.q.offsets) P.q.offsets = upload(r, h.offsets);
+  return P;
+}
+
 // Rank ri's shard of the weights, converted to the compute type and uploaded:
 // its query/kv heads of QKV and o_proj, its intermediate rows of the MLP.
 void upload_weights(const halo_executable& exe, Rank& r, int ri, const HostWeights& hw,
@@ -627,29 +689,25 @@ void upload_weights(const halo_executable& exe, Rank& r, int ri, const HostWeigh
   const int64_t NQ = int64_t{exe.heads} * exe.head_dim, NKV = int64_t{exe.kv_heads} * exe.head_dim;
   const int64_t nq_l = NQ / tp, nkv_l = NKV / tp, i_l = I / tp;
   std::vector<uint16_t> buf;
-  auto up16 = [&](auto fill) {
-    buf.clear();
-    fill();
-    return static_cast<void*>(upload(r, buf));
-  };
-  r.embed = up16([&] { convert_block(hw.embed, H, 0, V, 0, H, dt, buf); });
-  r.lm_head = hw.tied ? r.embed : up16([&] { convert_block(hw.lm_head, H, 0, V, 0, H, dt, buf); });
+  convert_block(hw.embed, H, 0, V, 0, H, dt, buf);
+  r.embed = upload(r, buf);
+  if (hw.tied)
+    r.lm_head.w16 = r.embed;
+  else
+    r.lm_head = upload_proj(r, dt, tp, {{&hw.lm_head, H, 0, V, 0, H}});
   r.final_norm = upload(r, hw.final_norm);
   r.inv_freq = upload(r, inv_freq);
   for (const HostLayer& L : hw.layers) {
     LayerW W;
     const int64_t q0 = nq_l * ri, k0 = nkv_l * ri, i0 = i_l * ri;
-    W.qkv = up16([&] {
-      convert_block(L.q, H, q0, q0 + nq_l, 0, H, dt, buf);
-      convert_block(L.k, H, k0, k0 + nkv_l, 0, H, dt, buf);
-      convert_block(L.v, H, k0, k0 + nkv_l, 0, H, dt, buf);
-    });
-    W.o = up16([&] { convert_block(L.o, NQ, 0, H, q0, q0 + nq_l, dt, buf); });
-    W.gate_up = up16([&] {
-      convert_block(L.gate, H, i0, i0 + i_l, 0, H, dt, buf);
-      convert_block(L.up, H, i0, i0 + i_l, 0, H, dt, buf);
-    });
-    W.down = up16([&] { convert_block(L.down, I, 0, H, i0, i0 + i_l, dt, buf); });
+    W.qkv = upload_proj(r, dt, tp,
+                        {{&L.q, H, q0, q0 + nq_l, 0, H},
+                         {&L.k, H, k0, k0 + nkv_l, 0, H},
+                         {&L.v, H, k0, k0 + nkv_l, 0, H}});
+    W.o = upload_proj(r, dt, tp, {{&L.o, NQ, 0, H, q0, q0 + nq_l}});
+    W.gate_up =
+        upload_proj(r, dt, tp, {{&L.gate, H, i0, i0 + i_l, 0, H}, {&L.up, H, i0, i0 + i_l, 0, H}});
+    W.down = upload_proj(r, dt, tp, {{&L.down, I, 0, H, i0, i0 + i_l}});
     if (!L.q_bias.empty()) {
       std::vector<float> b(L.q_bias.begin() + q0, L.q_bias.begin() + q0 + nq_l);
       b.insert(b.end(), L.k_bias.begin() + k0, L.k_bias.begin() + k0 + nkv_l);
@@ -748,7 +806,9 @@ void prepare(halo_prepare_args* args) {
   kernels::rope_inv_freq(rp, static_cast<size_t>(s.head_dim), inv_freq.data());
 
   const WeightSet w(args->weights, args->num_weights);
-  const HostWeights hw = read_weights(w, s);
+  const QuantizedSet qs(args, kQuantTypes, w);
+  const HostWeights hw = read_weights(w, qs, s);
+  qs.check_all_used();
   choose_compute_dtype(*exe, hw, lim);
   agree_limits(*exe, lim, s);
   choose_tiling(*exe, s, tp, state->ordinals[0]);

@@ -27,6 +27,7 @@
 
 #include "halo/device_abi.h"
 #include "halo/plugin_support/validate.h"
+#include "kernels/quant_matmul.cuh"
 
 #if HALO_CUDA_HAVE_NCCL
 #include <nccl.h>
@@ -50,8 +51,16 @@ struct DeviceState {
   ~DeviceState();
 };
 
+// A projection on one GPU: a 16-bit matrix [N, K] for cuBLAS, or (qtype set)
+// a quantized one for the kernels of kernels/quant_matmul.cuh.
+struct Proj {
+  void* w16 = nullptr;
+  int qtype = HALO_QUANT_NONE;
+  k::QuantWeight q;
+};
+
 struct LayerW {
-  void *qkv = nullptr, *o = nullptr, *gate_up = nullptr, *down = nullptr;
+  Proj qkv, o, gate_up, down;
   float *qkv_bias = nullptr, *attn_norm = nullptr, *mlp_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
 };
 
@@ -63,7 +72,8 @@ struct Rank {
   ~Rank();
   void* alloc(size_t bytes);  // throws OUT_OF_MEMORY naming the size
   // Weights.
-  void *embed = nullptr, *lm_head = nullptr;
+  void* embed = nullptr;
+  Proj lm_head;
   float* final_norm = nullptr;
   double* inv_freq = nullptr;
   std::vector<LayerW> layer;

@@ -51,6 +51,8 @@ void device_get_properties(halo_device_get_properties_args* args) {
   p.num_chips = 1;
   p.capabilities = kCapabilities;
   p.kv_cache_dtypes = HALO_DTYPE_BIT(HALO_KV_DTYPE_BF16) | HALO_DTYPE_BIT(HALO_KV_DTYPE_FP16);
+  p.quant_types =
+      HALO_DTYPE_BIT(HALO_QUANT_INT8) | HALO_DTYPE_BIT(HALO_QUANT_UINT4);  // weight-only
   put_properties(args, p);
 }
 
