@@ -192,6 +192,81 @@ TensorView view_of(const WeightSource& w, const TensorInfo& info, const std::byt
                     dl_dtype(info.dtype), w.shape};
 }
 
+// The safetensors files of a model directory (one file, or the shards an
+// index names, each opened on first use) and each tensor's bytes as the
+// plugin will see them (fused tensors are shared by several weights: checked
+// and copied once). Opened files go to `files`, copies to `store`.
+class TensorFiles {
+ public:
+  TensorFiles(const std::filesystem::path& dir, std::vector<std::unique_ptr<SafetensorsFile>>& files,
+              WeightStore& store)
+      : dir_(dir), single_(dir / "model.safetensors"), index_(dir / "model.safetensors.index.json"),
+        files_(files), store_(store) {
+    sharded_ = !std::filesystem::exists(single_);
+    if (!sharded_) {
+      files_.push_back(std::make_unique<SafetensorsFile>(single_));
+      return;
+    }
+    if (!std::filesystem::exists(index_))
+      throw Error(fmt::format("{}: no weights: neither model.safetensors nor model.safetensors.index.json exists",
+                              dir.string()));
+    weight_map_ = read_weight_map(index_);
+  }
+
+  // The file that holds weight `w` (an Error naming it when none does).
+  const SafetensorsFile& file_for(const WeightSource& w) {
+    if (!sharded_) return *files_.front();
+    auto it = weight_map_.find(w.hf_name);
+    if (it == weight_map_.end())
+      throw Error(fmt::format("{}: missing tensor '{}' (for {}, expected shape {}): not in weight_map",
+                              index_.string(), w.hf_name, w.canonical, shape_str(w.hf_shape)));
+    return open_shard(it->second, w.hf_name);
+  }
+
+  const std::byte* bytes_of(const SafetensorsFile& file, const TensorInfo& info) {
+    auto [it, fresh] = resolved_.emplace(&info, nullptr);
+    if (fresh) it->second = tensor_bytes(file, info, store_);
+    return it->second;
+  }
+
+  // Any tensor by name, or nothing (the parts of quantized projections).
+  FoundTensor lookup(const std::string& hf_name) {
+    const SafetensorsFile* file = sharded_ ? nullptr : files_.front().get();
+    if (sharded_) {
+      auto it = weight_map_.find(hf_name);
+      if (it == weight_map_.end()) return {};
+      file = &open_shard(it->second, hf_name);
+    }
+    const TensorInfo* info = file->find(hf_name);
+    if (!info) return {};
+    return {file, info, bytes_of(*file, *info)};
+  }
+
+  size_t tensor_count() const { return sharded_ ? weight_map_.size() : files_.front()->tensors().size(); }
+  const std::filesystem::path& source() const { return sharded_ ? index_ : single_; }
+
+ private:
+  const SafetensorsFile& open_shard(const std::string& name, const std::string& hf_name) {
+    auto open = shard_by_name_.find(name);
+    if (open != shard_by_name_.end()) return *open->second;
+    const std::filesystem::path shard_path = dir_ / name;
+    if (!std::filesystem::exists(shard_path))
+      throw Error(fmt::format("{}: shard '{}' (holding tensor '{}') not found at {}", index_.string(), name,
+                              hf_name, shard_path.string()));
+    files_.push_back(std::make_unique<SafetensorsFile>(shard_path));
+    shard_by_name_.emplace(name, files_.back().get());
+    return *files_.back();
+  }
+
+  std::filesystem::path dir_, single_, index_;
+  std::vector<std::unique_ptr<SafetensorsFile>>& files_;
+  WeightStore& store_;
+  bool sharded_ = false;
+  std::map<std::string, std::string, std::less<>> weight_map_;  // HF name -> shard file name
+  std::map<std::string, SafetensorsFile*, std::less<>> shard_by_name_;
+  std::map<const TensorInfo*, const std::byte*> resolved_;
+};
+
 }  // namespace
 
 LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
@@ -215,72 +290,16 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
     return LoadedModel(std::move(impl));
   }
 
-  // Where each HF tensor lives: one file, or the shards of an index.
-  const std::filesystem::path single = model_dir / "model.safetensors";
-  const std::filesystem::path index_path = model_dir / "model.safetensors.index.json";
-  std::map<std::string, std::string, std::less<>> weight_map;  // HF name -> shard file name
-  const bool sharded = !std::filesystem::exists(single);
-  if (!sharded) {
-    impl->files.push_back(std::make_unique<SafetensorsFile>(single));
-  } else {
-    if (!std::filesystem::exists(index_path))
-      throw Error(fmt::format("{}: no weights: neither model.safetensors nor model.safetensors.index.json exists",
-                              model_dir.string()));
-    weight_map = read_weight_map(index_path);
-  }
-  std::map<std::string, SafetensorsFile*, std::less<>> shard_by_name;
-
-  // The shard file `name` of the index (opened on first use).
-  auto open_shard = [&](const std::string& name,
-                        const std::string& hf_name) -> const SafetensorsFile& {
-    auto open = shard_by_name.find(name);
-    if (open != shard_by_name.end()) return *open->second;
-    const std::filesystem::path shard_path = model_dir / name;
-    if (!std::filesystem::exists(shard_path))
-      throw Error(fmt::format("{}: shard '{}' (holding tensor '{}') not found at {}",
-                              index_path.string(), name, hf_name, shard_path.string()));
-    impl->files.push_back(std::make_unique<SafetensorsFile>(shard_path));
-    shard_by_name.emplace(name, impl->files.back().get());
-    return *impl->files.back();
-  };
-  // The file that holds `hf_name`.
-  auto file_for = [&](const WeightSource& w) -> const SafetensorsFile& {
-    if (!sharded) return *impl->files.front();
-    auto it = weight_map.find(w.hf_name);
-    if (it == weight_map.end())
-      throw Error(fmt::format("{}: missing tensor '{}' (for {}, expected shape {}): not in weight_map",
-                              index_path.string(), w.hf_name, w.canonical, shape_str(w.hf_shape)));
-    return open_shard(it->second, w.hf_name);
-  };
-  // Each file tensor's data as the plugin will see it (fused tensors are
-  // shared by several weights: checked and copied once).
-  std::map<const TensorInfo*, const std::byte*> resolved;
-  auto bytes_of = [&](const SafetensorsFile& file, const TensorInfo& info) {
-    auto [it, fresh] = resolved.emplace(&info, nullptr);
-    if (fresh) it->second = tensor_bytes(file, info, impl->store);
-    return it->second;
-  };
-  // Any tensor by name, or nothing (for the parts of quantized projections).
-  const TensorLookup lookup = [&](const std::string& hf_name) -> FoundTensor {
-    const SafetensorsFile* file = impl->files.empty() ? nullptr : impl->files.front().get();
-    if (sharded) {
-      auto it = weight_map.find(hf_name);
-      if (it == weight_map.end()) return {};
-      file = &open_shard(it->second, hf_name);
-    }
-    const TensorInfo* info = file->find(hf_name);
-    if (!info) return {};
-    return {file, info, bytes_of(*file, *info)};
-  };
+  TensorFiles files(model_dir, impl->files, impl->store);
+  const TensorLookup lookup = [&](const std::string& hf_name) { return files.lookup(hf_name); };
   const CheckpointQuantization checkpoint_quant = parse_checkpoint_quantization(
       read_config_json(model_dir / "config.json"), (model_dir / "config.json").string());
 
-  check_layer_count(cfg, sharded ? weight_map.size() : impl->files.front()->tensors().size(),
-                    model_dir / "config.json", sharded ? index_path : single);
+  check_layer_count(cfg, files.tensor_count(), model_dir / "config.json", files.source());
   const std::vector<WeightSource> expected = expected_weights(cfg);
   for (const WeightSource& w : expected) {
     if (load_quantized_projection(checkpoint_quant, w, lookup, impl->store)) continue;
-    const SafetensorsFile& file = file_for(w);
+    const SafetensorsFile& file = files.file_for(w);
     const std::string fname = file.path().string();
     const TensorInfo* info = file.find(w.hf_name);
     if (info == nullptr)
@@ -293,7 +312,7 @@ LoadedModel LoadedModel::load(const std::filesystem::path& model_dir) {
       throw Error(fmt::format("{}: tensor '{}' has shape {}, expected {} (for {})", fname, w.hf_name,
                               shape_str(info->shape), shape_str(w.hf_shape), w.canonical));
 
-    impl->store.add(w.canonical, view_of(w, *info, bytes_of(file, *info)));
+    impl->store.add(w.canonical, view_of(w, *info, files.bytes_of(file, *info)));
   }
   spdlog::debug("{}: {} weights, {} bytes from {} file(s)", model_dir.string(), impl->store.plain().size(),
                 impl->store.bytes(), impl->files.size());

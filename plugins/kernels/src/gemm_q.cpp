@@ -389,6 +389,8 @@ HALO_TARGET_VNNI inline __m512i high_nibbles(__m512i v, __m512i low4, __m512i gf
   }
 }
 
+// long: one register-blocked kernel (MR rows x NB tiles of accumulators live
+// across the K walk); split into calls, the accumulators would spill.
 template <QType QT, ScaleKind SK, size_t B, bool Gfni, int MR, int NB>
 HALO_TARGET_VNNI void qkernel_vnni(const QTile& t) {
   const QLayout& L = *t.L;
@@ -685,32 +687,35 @@ size_t PackedQWeight::bytes() const {
   return impl_ == nullptr ? 0 : impl_->values_bytes + impl_->meta_bytes;
 }
 
-PackedQWeight PackedQWeight::pack(const std::vector<QuantSource>& sources, size_t K) {
-  auto fail = [](const std::string& m) {
-    throw std::invalid_argument("PackedQWeight::pack: " + m);
-  };
-  if (K == 0) fail("K must be > 0");
-  if (sources.empty()) fail("no sources");
+namespace {
+
+[[noreturn]] void pack_fail(const std::string& m) { throw std::invalid_argument("PackedQWeight::pack: " + m); }
+
+// The sources' common type and group, checked; N and whether any has offsets.
+void check_pack_sources(const std::vector<QuantSource>& sources, size_t K, size_t& N, bool& has_off) {
+  if (K == 0) pack_fail("K must be > 0");
+  if (sources.empty()) pack_fail("no sources");
   const QType type = sources[0].type;
   const size_t group = sources[0].group;
-  if (type != QType::INT8 && type != QType::UINT4) fail("unknown quantized type");
+  if (type != QType::INT8 && type != QType::UINT4) pack_fail("unknown quantized type");
   if (group == 0 || group % 16 != 0)
-    fail("group " + std::to_string(group) + " is not a positive multiple of 16");
+    pack_fail("group " + std::to_string(group) + " is not a positive multiple of 16");
   if (K % group != 0)
-    fail("group " + std::to_string(group) + " does not divide K = " + std::to_string(K));
-  size_t N = 0;
-  bool has_off = false;
+    pack_fail("group " + std::to_string(group) + " does not divide K = " + std::to_string(K));
+  N = 0;
+  has_off = false;
   for (const QuantSource& s : sources) {
-    if (s.type != type) fail("sources of different quantized types");
-    if (s.group != group) fail("sources with different groups");
-    if (s.rows > 0 && (s.values == nullptr || s.scales == nullptr)) fail("null values or scales");
+    if (s.type != type) pack_fail("sources of different quantized types");
+    if (s.group != group) pack_fail("sources with different groups");
+    if (s.rows > 0 && (s.values == nullptr || s.scales == nullptr)) pack_fail("null values or scales");
     has_off = has_off || (s.offsets != nullptr && s.rows > 0);
     N += s.rows;
   }
-  if (N == 0) fail("no rows");
+  if (N == 0) pack_fail("no rows");
+}
 
-  // The narrowest storage that holds every scale and offset exactly.
-  const size_t groups = K / group;
+// The narrowest storage that holds every scale and offset exactly.
+ScaleKind narrowest_scale_kind(const std::vector<QuantSource>& sources, size_t groups) {
   bool f16_ok = true, bf16_ok = true;
   for (const QuantSource& s : sources) {
     for (const void* arr : {s.scales, s.offsets}) {
@@ -722,6 +727,68 @@ PackedQWeight PackedQWeight::pack(const std::vector<QuantSource>& sources, size_
       }
     }
   }
+  return f16_ok ? ScaleKind::F16 : bf16_ok ? ScaleKind::BF16 : ScaleKind::F32;
+}
+
+void store_scale(ScaleKind sk, uint8_t* p, size_t i, float v) {
+  switch (sk) {
+    case ScaleKind::F16: {
+      const uint16_t h = f32_to_f16(v);
+      std::memcpy(p + 2 * i, &h, 2);
+      break;
+    }
+    case ScaleKind::BF16: {
+      const uint16_t h = f32_to_bf16(v);
+      std::memcpy(p + 2 * i, &h, 2);
+      break;
+    }
+    case ScaleKind::F32:
+      std::memcpy(p + 4 * i, &v, 4);
+      break;
+  }
+}
+
+// Row r of source s into lane l of its tile: values in the kernel's chunk
+// order (INT8 stored as q + 128; UINT4 quads c and c + B/8 share a byte).
+void pack_row_values(const QLayout& L, const QuantSource& s, size_t r, uint8_t* tv, size_t l) {
+  const size_t B = L.blk, K = L.K;
+  if (L.type == QType::INT8) {
+    const auto* q = static_cast<const int8_t*>(s.values) + r * K;
+    for (size_t b = 0; b < L.nblk; ++b)
+      for (size_t j = 0; j < B / 4; ++j)
+        for (size_t i = 0; i < 4; ++i)
+          tv[b * kLanes * B + j * 64 + l * 4 + i] =
+              static_cast<uint8_t>(static_cast<uint8_t>(q[b * B + 4 * j + i]) ^ 0x80u);
+    return;
+  }
+  const auto* q = static_cast<const uint8_t*>(s.values) + r * K / 2;
+  auto elem = [&](size_t k) { return static_cast<uint8_t>((q[k / 2] >> (4 * (k & 1))) & 15); };
+  const size_t half = B / 8;
+  for (size_t b = 0; b < L.nblk; ++b)
+    for (size_t c = 0; c < half; ++c)
+      for (size_t i = 0; i < 4; ++i)
+        tv[b * kLanes * B / 2 + c * 64 + l * 4 + i] =
+            static_cast<uint8_t>(elem(b * B + 4 * c + i) | (elem(b * B + 4 * (c + half) + i) << 4));
+}
+
+// Row r's scales (and offsets, 0 where the source has none) into lane l.
+void pack_row_meta(const QLayout& L, const QuantSource& s, size_t r, uint8_t* tm, size_t l, size_t groups) {
+  for (size_t g = 0; g < groups; ++g) {
+    store_scale(L.sk, tm + g * L.group_mbytes, l, load_src_scale(s.scales, s.scale_dtype, r * groups + g));
+    if (L.has_off)
+      store_scale(L.sk, tm + g * L.group_mbytes, kLanes + l,
+                  s.offsets != nullptr ? load_src_scale(s.offsets, s.scale_dtype, r * groups + g) : 0.f);
+  }
+}
+
+}  // namespace
+
+PackedQWeight PackedQWeight::pack(const std::vector<QuantSource>& sources, size_t K) {
+  size_t N = 0;
+  bool has_off = false;
+  check_pack_sources(sources, K, N, has_off);
+  const QType type = sources[0].type;
+  const size_t group = sources[0].group, groups = K / group;
   auto impl = std::make_shared<Impl>();
   QLayout& L = impl->layout;
   L.type = type;
@@ -731,7 +798,7 @@ PackedQWeight PackedQWeight::pack(const std::vector<QuantSource>& sources, size_
   L.blk = group % 32 == 0 ? 32 : 16;  // divides the group (e.g. per-channel K = 1040)
   L.nblk = K / L.blk;
   L.bpg = group / L.blk;
-  L.sk = f16_ok ? ScaleKind::F16 : bf16_ok ? ScaleKind::BF16 : ScaleKind::F32;
+  L.sk = narrowest_scale_kind(sources, groups);
   L.has_off = has_off;
   L.tile_vbytes = type == QType::INT8 ? K * kLanes : K * kLanes / 2;
   L.group_mbytes = kLanes * scale_size(L.sk) * (has_off ? 2 : 1);
@@ -745,60 +812,12 @@ PackedQWeight PackedQWeight::pack(const std::vector<QuantSource>& sources, size_
   // Padding columns: q = 0 (stored 128 for INT8) with zero scales and offsets.
   std::memset(vals, type == QType::INT8 ? 0x80 : 0, impl->values_bytes);
   std::memset(meta, 0, impl->meta_bytes);
-
-  auto store_scale = [&](uint8_t* p, size_t i, float v) {
-    switch (L.sk) {
-      case ScaleKind::F16: {
-        const uint16_t h = f32_to_f16(v);
-        std::memcpy(p + 2 * i, &h, 2);
-        break;
-      }
-      case ScaleKind::BF16: {
-        const uint16_t h = f32_to_bf16(v);
-        std::memcpy(p + 2 * i, &h, 2);
-        break;
-      }
-      case ScaleKind::F32:
-        std::memcpy(p + 4 * i, &v, 4);
-        break;
-    }
-  };
-
-  const size_t B = L.blk;
   size_t col = 0;
   for (const QuantSource& s : sources) {
     for (size_t r = 0; r < s.rows; ++r, ++col) {
       const size_t tile = col / kLanes, l = col % kLanes;
-      uint8_t* tv = vals + tile * L.tile_vbytes;
-      if (type == QType::INT8) {
-        const auto* q = static_cast<const int8_t*>(s.values) + r * K;
-        for (size_t b = 0; b < L.nblk; ++b)
-          for (size_t j = 0; j < B / 4; ++j)
-            for (size_t i = 0; i < 4; ++i)
-              tv[b * kLanes * B + j * 64 + l * 4 + i] =
-                  static_cast<uint8_t>(static_cast<uint8_t>(q[b * B + 4 * j + i]) ^ 0x80u);
-      } else {
-        const auto* q = static_cast<const uint8_t*>(s.values) + r * K / 2;
-        auto elem = [&](size_t k) {
-          return static_cast<uint8_t>((q[k / 2] >> (4 * (k & 1))) & 15);
-        };
-        const size_t half = B / 8;
-        for (size_t b = 0; b < L.nblk; ++b)
-          for (size_t c = 0; c < half; ++c)
-            for (size_t i = 0; i < 4; ++i)
-              tv[b * kLanes * B / 2 + c * 64 + l * 4 + i] = static_cast<uint8_t>(
-                  elem(b * B + 4 * c + i) | (elem(b * B + 4 * (c + half) + i) << 4));
-      }
-      uint8_t* tm = meta + tile * L.tile_mbytes;
-      for (size_t g = 0; g < groups; ++g) {
-        store_scale(tm + g * L.group_mbytes, l,
-                    load_src_scale(s.scales, s.scale_dtype, r * groups + g));
-        if (has_off)
-          store_scale(tm + g * L.group_mbytes, kLanes + l,
-                      s.offsets != nullptr
-                          ? load_src_scale(s.offsets, s.scale_dtype, r * groups + g)
-                          : 0.f);
-      }
+      pack_row_values(L, s, r, vals + tile * L.tile_vbytes, l);
+      pack_row_meta(L, s, r, meta + tile * L.tile_mbytes, l, groups);
     }
   }
   L.values = vals;
