@@ -291,6 +291,17 @@ std::vector<ModelConfig> model_families() {
   return out;
 }
 
+std::string tp_cannot_split(const ModelConfig& c) {
+  for (const auto& [k, v] : settings().compile_options) {
+    if (k != "tensor_parallel_size" && k != settings().tp_option) continue;
+    const int tp = std::atoi(v.c_str());
+    if (tp > 1 && c.heads % tp != 0)
+      return c.family + " has " + std::to_string(c.heads) + " query heads, not divisible by tensor_parallel_size=" +
+             std::to_string(tp);
+  }
+  return "";
+}
+
 ModelConfig family(const std::string& name) {
   for (const auto& c : model_families())
     if (c.family == name) return c;

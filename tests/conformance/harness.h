@@ -113,6 +113,10 @@ struct ModelConfig {
 // qwen3 (q/k norm, head_dim * heads != hidden), gelu (gelu-tanh MLP, linear rope).
 std::vector<ModelConfig> model_families();
 ModelConfig family(const std::string& name);
+// Why the tensor-parallel size of the run's compile options cannot split `c`
+// (each chip must own whole query heads: such a model is refused at compile
+// time, which is correct, not a failure), or "" when it can.
+std::string tp_cannot_split(const ModelConfig& c);
 
 // ABI v1.4: how the suite quantizes a projection [rows, K]: groups of `group`
 // inputs (0: one group per row, group = K), symmetric (q in [-127, 127], no

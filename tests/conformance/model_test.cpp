@@ -57,14 +57,7 @@ TEST_P(Golden, MatchesReference) {
   ModelConfig c = family(gc.family);
   c.dtype = gc.dtype;
   if (gc.dtype == WeightDtype::F32 && !claims(HALO_CAP_DTYPE_FP32)) c.dtype = preferred_dtype();
-  // A tensor-parallel build must give each chip whole heads: a model it cannot
-  // split is refused at compile time, which is correct, not a failure.
-  for (const auto& [k, v] : settings().compile_options) {
-    if (k != "tensor_parallel_size" && k != settings().tp_option) continue;
-    const int tp = std::atoi(v.c_str());
-    if (tp > 1 && c.heads % tp != 0)
-      GTEST_SKIP() << gc.family << " has " << c.heads << " query heads, not divisible by tensor_parallel_size=" << tp;
-  }
+  if (const std::string no = tp_cannot_split(c); !no.empty()) GTEST_SKIP() << no;
   const Model m(c);
   Status st;
   auto s = session_for(plugin(), m, {}, &st);

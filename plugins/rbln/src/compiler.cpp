@@ -472,7 +472,8 @@ void set_quant_layout(ze_rbln_decoder_desc_t& m, const QSources& qs) {
 }
 
 // Refuses a tensor-parallel split of o_proj or down_proj (by input columns)
-// that cuts through a quantization group.
+// that cuts through a quantization group (UNIMPLEMENTED: the layout is one
+// rbln runs, this split of it is not).
 void check_tp_groups(const ze_rbln_decoder_desc_t& m, uint32_t n) {
   const uint32_t G = m.quant_group;
   if (G == 0 || n == 1) return;
@@ -480,10 +481,10 @@ void check_tp_groups(const ze_rbln_decoder_desc_t& m, uint32_t n) {
     const uint64_t q_lo = uint64_t(ze_rbln_split(m.heads, c, n)) * m.head_dim;
     const uint64_t i_lo = ze_rbln_split(m.intermediate, c, n);
     if ((m.quant_mask & (1u << ZE_RBLN_L_O)) && q_lo % G != 0)
-      invalid("compile: --tensor-parallel-size=", n, " splits o_proj at input column ", q_lo,
+      fail(HALO_STATUS_UNIMPLEMENTED, "compile: --tensor-parallel-size=", n, " splits o_proj at input column ", q_lo,
               ", inside a quantization group of ", G, " (the split must fall on group boundaries)");
     if ((m.quant_mask & (1u << ZE_RBLN_L_DOWN)) && i_lo % G != 0)
-      invalid("compile: --tensor-parallel-size=", n, " splits down_proj at input column ", i_lo,
+      fail(HALO_STATUS_UNIMPLEMENTED, "compile: --tensor-parallel-size=", n, " splits down_proj at input column ", i_lo,
               " of intermediate_size=", m.intermediate, ", inside a quantization group of ", G,
               " (the split must fall on group boundaries)");
   }
