@@ -37,6 +37,7 @@ function arg(name, def) {
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(arg("root", path.join(here, "..", "..")));
 const dump = arg("dump");
+const halo = arg("halo");  // the halo binary, for part 3
 const python = arg("python", "/usr/bin/python3");
 const work = path.resolve(arg("work", path.join(root, "build", "gguf_llama_cpp")));
 const corpusPath = arg("corpus", path.join(here, "corpus.jsonl"));
@@ -199,6 +200,31 @@ for (const [name, dir] of models) {
     console.log(`greedy mismatch for ${name}\n  llama.cpp ${JSON.stringify(got)}\n  reference ${JSON.stringify(ref)}`);
   } else {
     console.log(`greedy ${name}: ${JSON.stringify(got)} (llama.cpp = numpy reference)`);
+  }
+}
+
+// ---------------------------------------------------------------- 3. halo = llama.cpp on Q8_0
+// The same Q8_0 file, greedy, in halo and in llama.cpp: both quantize the
+// activations to int8 per block of 32 and multiply by the Q8_0 blocks, so the
+// arithmetic agrees up to summation order and 16+ greedy tokens must match.
+if (halo) {
+  const qsteps = 24;
+  for (const [name, dir] of models.filter(([n]) => n !== "rand-qwen3")) {
+    const gguf = path.join(work, `${name}.q8_0.gguf`);
+    run(python, [path.join(root, "tools", "make_gguf.py"), dir, gguf, "--outtype", "q8_0"]);
+    const want = await greedy(gguf, promptIds, qsteps);
+    const out = run(halo, ["generate", gguf, "--prompt-ids", promptIds.join(","), "--max-tokens", String(qsteps),
+                           "--temperature", "0", "--ignore-eos", "--output", "json", "--threads", "1"]);
+    const got = JSON.parse(out.trim().split("\n").pop()).token_ids;
+    ++checks;
+    let agree = 0;
+    while (agree < Math.min(got.length, want.length) && got[agree] === want[agree]) ++agree;
+    if (agree < 16) {
+      ++failures;
+      console.log(`Q8_0 greedy of ${name}: halo and llama.cpp agree on ${agree} tokens (< 16)\n  llama.cpp ${JSON.stringify(want)}\n  halo      ${JSON.stringify(got)}`);
+    } else {
+      console.log(`Q8_0 greedy of ${name}: halo = llama.cpp for ${agree} of ${qsteps} tokens`);
+    }
   }
 }
 
