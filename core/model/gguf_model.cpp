@@ -187,7 +187,9 @@ json equivalent_config(const GgufFile& f) {
   const int64_t heads = std::max<int64_t>(1, c["num_attention_heads"].get<int64_t>());
   const int64_t head_dim =
       m.int_or("attention.key_length").value_or(c["hidden_size"].get<int64_t>() / heads);
-  if (m.int_or("attention.key_length")) c["head_dim"] = head_dim;
+  // Always explicit: GGUF's default is hidden / heads (llama.cpp's), while a
+  // family's config.json default may differ (Qwen3Config: 128).
+  c["head_dim"] = head_dim;
   if (auto v = m.int_or("attention.value_length"); v && *v != head_dim)
     throw Error(fmt::format("{}: {}={} differs from the key length {} (not supported)",
                             f.path().string(), m.key("attention.value_length"), *v, head_dim));
