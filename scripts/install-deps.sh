@@ -50,7 +50,9 @@ if [[ "${1:-}" == "--test" ]]; then
         ! -d "$here/tests/js/node_modules/node-llama-cpp" ]]; then
     echo "install-deps: npm ci in tests/js"
     # node-llama-cpp: its prebuilt llama.cpp binaries come as npm packages;
-    # its postinstall step must not try to download or build anything else.
-    (cd "$here/tests/js" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --no-audit --no-fund --loglevel=error)
+    # its postinstall step must not try to download or build anything else
+    # (--ignore-scripts: no package here needs one, and Debian 12's Node 18
+    # cannot run node-llama-cpp's, which wants Node 20).
+    (cd "$here/tests/js" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
   fi
 fi

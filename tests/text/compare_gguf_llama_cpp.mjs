@@ -48,10 +48,16 @@ if (!fs.existsSync(entry)) {
   console.error(`compare_gguf_llama_cpp: ${entry} is missing: ${INSTALL_HINT}`);
   process.exit(1);
 }
-const { getLlama, LlamaLogLevel } = await import(pathToFileURL(entry).href);
-let llama;
+const nodeMajor = Number(process.versions.node.split(".")[0]);
+if (nodeMajor < 20) {
+  console.log(`SKIPPED: node-llama-cpp 3.21.1 needs Node.js 20 or later; this is ${process.version} (Debian 12 ships 18)`);
+  process.exit(77);
+}
+let llama, LlamaLogLevel;
 try {
-  llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
+  const mod = await import(pathToFileURL(entry).href);
+  LlamaLogLevel = mod.LlamaLogLevel;
+  llama = await mod.getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
 } catch (e) {
   console.log(`SKIPPED: node-llama-cpp's prebuilt llama.cpp binary cannot run here: ${e}`);
   process.exit(77);
