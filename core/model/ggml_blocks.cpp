@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/half.h"
 
 namespace halo::model {
 
@@ -40,7 +41,7 @@ const TypeEntry* entry(uint32_t type) {
 }
 
 uint16_t load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-float half_at(const uint8_t* p) { return fp16_to_fp32(load16(p)); }
+float half_at(const uint8_t* p) { return fp16_to_float(load16(p)); }
 
 // Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12
 // packed bytes: j < 4 in the low 6 bits of bytes j and j + 4; j >= 4 in the
@@ -204,7 +205,7 @@ std::optional<uint16_t> exact_fp16(float f) {
   } else {
     h = static_cast<uint16_t>(sign | ((0x800000u | mant) >> (-1 - exp)));
   }
-  if (std::bit_cast<uint32_t>(fp16_to_fp32(h)) != x) return std::nullopt;
+  if (std::bit_cast<uint32_t>(fp16_to_float(h)) != x) return std::nullopt;
   return h;
 }
 
@@ -245,34 +246,11 @@ float scale_at(const void* p, DLDataType t, int64_t i) {
   }
   uint16_t h;
   std::memcpy(&h, static_cast<const std::byte*>(p) + i * 2, 2);
-  return t.code == kDLBfloat ? bf16_to_fp32(h) : fp16_to_fp32(h);
+  return t.code == kDLBfloat ? bf16_to_float(h) : fp16_to_float(h);
 }
 
 }  // namespace
 
-float fp16_to_fp32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F;
-  uint32_t mant = h & 0x3FFu;
-  uint32_t bits = 0;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal: normalize
-    int e = -1;
-    do {
-      mant <<= 1;
-      ++e;
-    } while ((mant & 0x400u) == 0);
-    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x3FFu) << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
-float bf16_to_fp32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
 std::optional<GgmlBlock> ggml_block(uint32_t type) {
   const TypeEntry* e = entry(type);
@@ -310,10 +288,10 @@ void ggml_dequantize_row(uint32_t type, const std::byte* row, int64_t cols, floa
       std::memcpy(out, row, static_cast<size_t>(cols) * 4);
       return;
     case GgmlType::kF16:
-      for (int64_t i = 0; i < cols; ++i) out[i] = fp16_to_fp32(load16(b + 2 * i));
+      for (int64_t i = 0; i < cols; ++i) out[i] = fp16_to_float(load16(b + 2 * i));
       return;
     case GgmlType::kBF16:
-      for (int64_t i = 0; i < cols; ++i) out[i] = bf16_to_fp32(load16(b + 2 * i));
+      for (int64_t i = 0; i < cols; ++i) out[i] = bf16_to_float(load16(b + 2 * i));
       return;
     case GgmlType::kQ8_0:
       fn = dequant_q8_0;

@@ -84,8 +84,4 @@ QuantizedView ggml_to_abi(uint32_t type, const std::byte* data, int64_t cols,
 // w = scales * q + offsets, in fp32 (for tests and for embeddings).
 void abi_dequantize_row(const QuantizedView& q, int64_t row, float* out);
 
-// IEEE half and bfloat16 to float.
-float fp16_to_fp32(uint16_t h);
-float bf16_to_fp32(uint16_t h);
-
 }  // namespace halo::model

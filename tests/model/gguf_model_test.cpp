@@ -3,6 +3,7 @@
 // permuted) loads to the safetensors weights and the same spec; synthetic
 // phi3 (fused qkv / gate_up) and qwen2 (biases) files load their slices;
 // missing or unsupported tensors and metadata are refused by name.
+#include "common/half.h"
 #include "model/gguf_model.h"
 
 #include <gtest/gtest.h>
@@ -50,7 +51,7 @@ float element(const DLTensor& t, int64_t i) {
   }
   uint16_t h;
   std::memcpy(&h, p + i * 2, 2);
-  return t.dtype.code == kDLBfloat ? bf16_to_fp32(h) : fp16_to_fp32(h);
+  return t.dtype.code == kDLBfloat ? bf16_to_float(h) : fp16_to_float(h);
 }
 
 int64_t numel(const DLTensor& t) {

@@ -2,6 +2,7 @@
 // dequantize (by the ABI formula) to exactly what the blocks dequantize to;
 // files of every metadata type parse; malformed files are refused naming
 // what was wrong.
+#include "common/half.h"
 #include "model/gguf.h"
 
 #include <gtest/gtest.h>
@@ -90,13 +91,13 @@ TEST(GgmlBlocks, Q4_0WithScalesBeyondHalfRangeOfOffsetsUsesFp32) {
 }
 
 TEST(GgmlBlocks, HalfAndBfloatConversion) {
-  EXPECT_EQ(fp16_to_fp32(0x3C00), 1.0f);
-  EXPECT_EQ(fp16_to_fp32(0xC000), -2.0f);
-  EXPECT_EQ(fp16_to_fp32(0x0001), std::ldexp(1.0f, -24));
-  EXPECT_EQ(fp16_to_fp32(0x03FF), std::ldexp(1023.0f, -24));
-  EXPECT_EQ(fp16_to_fp32(0x7BFF), 65504.0f);
-  EXPECT_TRUE(std::isinf(fp16_to_fp32(0x7C00)));
-  EXPECT_EQ(bf16_to_fp32(0x3F80), 1.0f);
+  EXPECT_EQ(fp16_to_float(0x3C00), 1.0f);
+  EXPECT_EQ(fp16_to_float(0xC000), -2.0f);
+  EXPECT_EQ(fp16_to_float(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(fp16_to_float(0x03FF), std::ldexp(1023.0f, -24));
+  EXPECT_EQ(fp16_to_float(0x7BFF), 65504.0f);
+  EXPECT_TRUE(std::isinf(fp16_to_float(0x7C00)));
+  EXPECT_EQ(bf16_to_float(0x3F80), 1.0f);
 }
 
 TEST(GgmlBlocks, KnownQ4_0BlockAndNibbleOrder) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/half.h"
 #include "model/ggml_blocks.h"
 
 namespace halo::model::testing {
@@ -157,7 +158,7 @@ inline uint16_t half_at_least(float x) {
   static const std::vector<std::pair<float, uint16_t>> table = [] {
     std::vector<std::pair<float, uint16_t>> v;
     for (uint32_t h = 0; h < 0x7C00; ++h)
-      v.push_back({fp16_to_fp32(static_cast<uint16_t>(h)), static_cast<uint16_t>(h)});
+      v.push_back({fp16_to_float(static_cast<uint16_t>(h)), static_cast<uint16_t>(h)});
     return v;
   }();
   auto it = std::lower_bound(table.begin(), table.end(), x,
@@ -172,7 +173,7 @@ inline std::string quantize_q8_0(const float* x, int64_t n) {
     float amax = 0;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
     const uint16_t h = half_at_least(amax / 127.0f);
-    const float d = fp16_to_fp32(h);
+    const float d = fp16_to_float(h);
     put<uint16_t>(out, h);
     for (int j = 0; j < 32; ++j) {
       const float q = d == 0 ? 0.0f : std::round(x[b * 32 + j] / d);
