@@ -138,7 +138,10 @@ describe('SageMaker LMI contract', () => {
     try {
       const body = JSON.stringify({ inputs: 'The package', stream: true,
         parameters: { max_new_tokens: 480, ignore_eos_token: true } });
-      const streams = [0, 1, 2].map(() => curl(['-X', 'POST', `${s.url}/invocations`, '-d', body]));
+      // Eight streams of 480 tokens through one slot: far more than the 0.6 s
+      // before the deadline can decode on any machine (three were once done in
+      // time on a quiet one, and none was cut).
+      const streams = Array.from({ length: 8 }, () => curl(['-X', 'POST', `${s.url}/invocations`, '-d', body]));
       await sleep(300);
       s.proc.kill('SIGTERM');
       const results = await Promise.all(streams);
