@@ -238,17 +238,6 @@ void emit_values(const int8_t* q, int64_t cols, int32_t quant, std::byte* out) {
     out[j] = static_cast<std::byte>((q[2 * j] & 0xF) | ((q[2 * j + 1] & 0xF) << 4));
 }
 
-float scale_at(const void* p, DLDataType t, int64_t i) {
-  if (t.bits == 32) {
-    float f;
-    std::memcpy(&f, static_cast<const std::byte*>(p) + i * 4, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, static_cast<const std::byte*>(p) + i * 2, 2);
-  return t.code == kDLBfloat ? bf16_to_float(h) : fp16_to_float(h);
-}
-
 }  // namespace
 
 
@@ -373,8 +362,8 @@ void abi_dequantize_row(const QuantizedView& q, int64_t row, float* out) {
       v = (k % 2 == 0) ? (byte & 0xF) : (byte >> 4);
     }
     const int64_t g = row * groups + k / q.group_size;
-    const float offset = q.offsets != nullptr ? scale_at(q.offsets, q.scale_dtype, g) : 0.0f;
-    out[k] = scale_at(q.scales, q.scale_dtype, g) * static_cast<float>(v) + offset;
+    const float offset = q.offsets != nullptr ? float_element(q.offsets, q.scale_dtype, g) : 0.0f;
+    out[k] = float_element(q.scales, q.scale_dtype, g) * static_cast<float>(v) + offset;
   }
 }
 

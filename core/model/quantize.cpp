@@ -20,14 +20,7 @@ namespace {
 // Row r of a plain [rows, cols] weight as fp32.
 void read_row(const DLTensor& t, int64_t r, int64_t cols, float* out) {
   const auto* base = static_cast<const std::byte*>(t.data) + t.byte_offset;
-  const size_t n = static_cast<size_t>(cols);
-  if (t.dtype.code == kDLFloat && t.dtype.bits == 32) {
-    std::memcpy(out, base + static_cast<size_t>(r) * n * 4, n * 4);
-    return;
-  }
-  const auto* p = reinterpret_cast<const uint16_t*>(base) + static_cast<size_t>(r) * n;
-  const bool bf16 = t.dtype.code == kDLBfloat;
-  for (size_t i = 0; i < n; ++i) out[i] = bf16 ? bf16_to_float(p[i]) : fp16_to_float(p[i]);
+  for (int64_t i = 0; i < cols; ++i) out[i] = float_element(base, t.dtype, r * cols + i);
 }
 
 // int8, one fp32 scale per row: q = round(w / s), s = max|w| / 127.

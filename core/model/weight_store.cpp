@@ -7,10 +7,22 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/half.h"
 
 namespace halo::model {
 
 size_t element_bytes(DLDataType t) { return (static_cast<size_t>(t.bits) * t.lanes + 7) / 8; }
+
+float float_element(const void* data, DLDataType t, int64_t i) {
+  if (t.bits == 32) {
+    float f;
+    std::memcpy(&f, static_cast<const std::byte*>(data) + i * 4, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, static_cast<const std::byte*>(data) + i * 2, 2);
+  return t.code == kDLBfloat ? bf16_to_float(h) : fp16_to_float(h);
+}
 
 namespace {
 

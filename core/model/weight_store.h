@@ -83,4 +83,8 @@ class WeightStore {
 // Bytes of one element of a dense dtype (fp32/bf16/fp16/int8/uint8...).
 size_t element_bytes(DLDataType t);
 
+// Element i of an fp32, bf16 or fp16 array as float (weights read for
+// quantization, quantized tensors' scales and offsets).
+float float_element(const void* data, DLDataType t, int64_t i);
+
 }  // namespace halo::model
