@@ -399,6 +399,60 @@ void BM_ReadBandwidth(benchmark::State& state) {
 }
 BENCHMARK(BM_ReadBandwidth)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// ------------------------------------------------------------ int8 compute peak
+// The machine's int8 multiply-add ceiling, the compute roofline of gemm_q at
+// large M: each thread runs 12 independent vpdpbusd zmm chains on registers
+// (no memory traffic). FLOP/s counts 2 per multiply-add, as BM_GemmQ does.
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512vnni"))) int64_t vnni_chains(int64_t iters) {
+  // Named registers, not an array (which GCC keeps on the stack here).
+  // Different starts and operands the compiler cannot see, so that it can
+  // neither merge the chains nor fold them into additions.
+  __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2),
+          a3 = _mm512_set1_epi32(3), a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5),
+          a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7), a8 = _mm512_set1_epi32(8),
+          a9 = _mm512_set1_epi32(9), a10 = _mm512_set1_epi32(10), a11 = _mm512_set1_epi32(11);
+  __m512i u = _mm512_set1_epi8(3), v = _mm512_set1_epi8(-2);
+  for (int64_t it = 0; it < iters; ++it) {
+    __asm__("" : "+v"(u), "+v"(v));
+    a0 = _mm512_dpbusd_epi32(a0, u, v);
+    a1 = _mm512_dpbusd_epi32(a1, u, v);
+    a2 = _mm512_dpbusd_epi32(a2, u, v);
+    a3 = _mm512_dpbusd_epi32(a3, u, v);
+    a4 = _mm512_dpbusd_epi32(a4, u, v);
+    a5 = _mm512_dpbusd_epi32(a5, u, v);
+    a6 = _mm512_dpbusd_epi32(a6, u, v);
+    a7 = _mm512_dpbusd_epi32(a7, u, v);
+    a8 = _mm512_dpbusd_epi32(a8, u, v);
+    a9 = _mm512_dpbusd_epi32(a9, u, v);
+    a10 = _mm512_dpbusd_epi32(a10, u, v);
+    a11 = _mm512_dpbusd_epi32(a11, u, v);
+  }
+  const __m512i s = _mm512_add_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                       _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7))),
+      _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
+  return _mm512_reduce_add_epi32(s);
+}
+
+void BM_VnniPeak(benchmark::State& state) {
+  if (!k::cpu_has_avx512_vnni()) {
+    state.SkipWithError("the CPU lacks avx512_vnni");
+    return;
+  }
+  constexpr int64_t kIters = 1 << 20;
+  const size_t parts = static_cast<size_t>(pool().size());
+  std::vector<int64_t> sums(parts * 8);
+  for (auto _ : state) {
+    pool().parallel_for(parts, [&](size_t t, int) { sums[t * 8] = vnni_chains(kIters); });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(static_cast<double>(parts) * kIters * 12 * 64 * 2,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_VnniPeak)->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
+
 // Back-to-back tiny parallel_fors: the pool's hand-off cost per call.
 void BM_PoolRoundTrip(benchmark::State& state) {
   std::atomic<int> sink{0};

@@ -34,8 +34,12 @@ struct QSrc {
     s.scale_dtype = sdt;
     return s;
   }
-  // Element (n, k) by the device_abi.h formula, in double.
-  double w(size_t n, size_t kk) const {
+  // Element (n, k) by the device_abi.h formula, in double; with f16 = true,
+  // the scales and offsets rounded to fp16 as the packer may (gemm_q.h).
+  double w(size_t n, size_t kk, bool f16 = false) const {
+    auto r = [f16](double v) {
+      return f16 ? k::f16_to_f32(k::f32_to_f16(static_cast<float>(v))) : v;
+    };
     const size_t gi = n * (K / group) + kk / group;
     double q;
     if (type == k::QType::INT8) {
@@ -43,8 +47,8 @@ struct QSrc {
     } else {
       q = (values[n * K / 2 + kk / 2] >> (4 * (kk & 1))) & 15;
     }
-    const double o = offsets.empty() ? 0.0 : scale_at(offsets, gi);
-    return scale_at(scales, gi) * q + o;
+    const double o = offsets.empty() ? 0.0 : r(scale_at(offsets, gi));
+    return r(scale_at(scales, gi)) * q + o;
   }
   double scale_at(const std::vector<uint8_t>& a, size_t i) const {
     if (sdt == k::DType::F32) {
@@ -127,6 +131,22 @@ QuantRow quantize_ref(const float* x, size_t K, size_t B) {
   return r;
 }
 
+// Whether packing rounds the sources' scales and offsets to fp16 (gemm_q.h):
+// groups of at most 128, not every value exact in fp16 or in bf16, every one 0
+// or a normal fp16 magnitude.
+bool packs_rounded(const std::vector<QSrc>& srcs) {
+  bool f16 = true, bf16 = true, normal = true;
+  for (const auto& s : srcs)
+    for (const auto* a : {&s.scales, &s.offsets})
+      for (size_t i = 0; i < a->size() / k::dtype_size(s.sdt); ++i) {
+        const auto v = static_cast<float>(s.scale_at(*a, i));
+        f16 = f16 && k::f16_to_f32(k::f32_to_f16(v)) == v;
+        bf16 = bf16 && k::bf16_to_f32(k::f32_to_bf16(v)) == v;
+        normal = normal && (v == 0.f || (std::fabs(v) >= 0x1p-14f && std::fabs(v) <= 65504.f));
+      }
+  return srcs.at(0).group <= 128 && !f16 && !bf16 && normal;
+}
+
 // Every path this machine can run.
 std::vector<const char*> paths() {
   std::vector<const char*> p{"portable", "portable-baseline"};
@@ -175,6 +195,7 @@ std::vector<float> run_and_check(const Case& c, size_t M, const char* path, int 
   k::gemm_q(pool, x.data(), M, ldx, w, bias.data(), y.data(), ldy, scratch);
 
   const size_t B = c.group % 32 == 0 ? 32 : 16;
+  const bool rounded = packs_rounded(srcs);
   std::vector<std::pair<const QSrc*, size_t>> col;
   for (const auto& s : srcs)
     for (size_t r = 0; r < s.rows; ++r) col.push_back({&s, r});
@@ -183,7 +204,7 @@ std::vector<float> run_and_check(const Case& c, size_t M, const char* path, int 
     for (size_t n = 0; n < N; ++n) {
       double ref = bias[n], abs_terms = std::fabs(bias[n]), ref_f = bias[n], abs_f = 0, bound = 0;
       for (size_t kk = 0; kk < K; ++kk) {
-        const double wv = col[n].first->w(col[n].second, kk);
+        const double wv = col[n].first->w(col[n].second, kk, rounded);
         ref += wv * q.deq[kk];
         abs_terms += std::fabs(wv * q.deq[kk]);
         ref_f += wv * x[m * ldx + kk];
@@ -298,8 +319,6 @@ TEST(GemmQ, Fp16ExactScalesPackSmaller) {
   EXPECT_EQ(wa.bytes(), wb.bytes());
   // 32 x 256 4-bit values + fp16 scale and offset per group of 32.
   EXPECT_EQ(wa.bytes(), 32u * 128 + 32u * 8 * 4);
-  auto c = make_src(k::QType::UINT4, 32, 32, 256, k::DType::F32, true, 3);
-  EXPECT_EQ(pack({c}).bytes(), 32u * 128 + 32u * 8 * 8);
   const auto x = random_x(3 * 256, 1);
   std::vector<float> ya(3 * 32), yb(3 * 32);
   k::ThreadPool pool(2);
@@ -307,6 +326,40 @@ TEST(GemmQ, Fp16ExactScalesPackSmaller) {
   k::gemm_q(pool, x.data(), 3, 256, wa, nullptr, ya.data(), 32, s);
   k::gemm_q(pool, x.data(), 3, 256, wb, nullptr, yb.data(), 32, s);
   EXPECT_EQ(0, std::memcmp(ya.data(), yb.data(), ya.size() * sizeof(float)));
+}
+
+// Groups of up to 128 with fp32 scales that are no fp16 values: rounded to
+// fp16 (the same bits as an fp16 source of the rounded values), unless one
+// lies outside fp16's normal range; larger groups keep fp32.
+TEST(GemmQ, SmallGroupScalesRoundToFp16) {
+  const auto c = make_src(k::QType::UINT4, 32, 32, 256, k::DType::F32, true, 3);
+  QSrc h = c;  // the same values rounded to fp16
+  h.sdt = k::DType::F16;
+  h.scales.resize(c.scales.size() / 2);
+  h.offsets.resize(c.offsets.size() / 2);
+  for (size_t i = 0; i < h.scales.size() / 2; ++i) {
+    put_scale(h.scales, k::DType::F16, i, static_cast<float>(c.scale_at(c.scales, i)));
+    put_scale(h.offsets, k::DType::F16, i, static_cast<float>(c.scale_at(c.offsets, i)));
+  }
+  ASSERT_TRUE(packs_rounded({c}));
+  const auto wc = pack({c}), wh = pack({h});
+  EXPECT_EQ(wc.bytes(), 32u * 128 + 32u * 8 * 4);
+  EXPECT_EQ(wc.bytes(), wh.bytes());
+  const auto x = random_x(5 * 256, 2);
+  std::vector<float> yc(5 * 32), yh(5 * 32);
+  k::ThreadPool pool(2);
+  k::GemmQScratch s;
+  k::gemm_q(pool, x.data(), 5, 256, wc, nullptr, yc.data(), 32, s);
+  k::gemm_q(pool, x.data(), 5, 256, wh, nullptr, yh.data(), 32, s);
+  EXPECT_EQ(0, std::memcmp(yc.data(), yh.data(), yc.size() * sizeof(float)));
+
+  QSrc tiny = c;  // one scale below fp16's normal range: fp32 kept
+  put_scale(tiny.scales, k::DType::F32, 17, 1e-6f);
+  EXPECT_FALSE(packs_rounded({tiny}));
+  EXPECT_EQ(pack({tiny}).bytes(), 32u * 128 + 32u * 8 * 8);
+  const auto big = make_src(k::QType::UINT4, 256, 32, 256, k::DType::F32, true, 3);
+  EXPECT_FALSE(packs_rounded({big}));  // group 256: fp32 metadata is small already
+  EXPECT_EQ(pack({big}).bytes(), 32u * 128 + 32u * 1 * 8);
 }
 
 TEST(GemmQ, ZeroBlocksAndZeroRows) {

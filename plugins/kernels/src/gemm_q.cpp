@@ -25,9 +25,8 @@
 //    column) 16 scales, then 16 offsets when the weight has any, stored as
 //    fp16 when every scale and offset of the weight is exactly an fp16 value
 //    (fp16 sources, and fp32 ones widened from fp16), else bf16 when exact in
-//    bf16, else fp32: the stored numbers are always exactly the source's, so
-//    only the activation quantization and fp32 summation differ from the
-//    documented formula.
+//    bf16, else (see gemm_q.h) fp16 rounded for groups of up to 128 whose
+//    values all lie in fp16's normal range, else fp32.
 //
 // Kernels: MR (<= 4) rows x NB (<= 2; <= 4 for M <= 2, which saves 5-15% of
 // the decode CPU time) tiles of zmm accumulators. Per B-block
@@ -714,20 +713,33 @@ void check_pack_sources(const std::vector<QuantSource>& sources, size_t K, size_
   if (N == 0) pack_fail("no rows");
 }
 
-// The narrowest storage that holds every scale and offset exactly.
-ScaleKind narrowest_scale_kind(const std::vector<QuantSource>& sources, size_t groups) {
-  bool f16_ok = true, bf16_ok = true;
+// fp16 keeps v to within 2^-11 of its magnitude: 0 or a normal fp16 value.
+bool f16_normal_range(float v) {
+  const float a = std::fabs(v);
+  return a == 0.f || (a >= 0x1p-14f && a <= 65504.f);
+}
+
+// The storage of the scales and offsets (see the layout above): the narrowest
+// that holds every one exactly, else, for groups of at most kRoundGroup (where
+// fp32 metadata adds 0.5 bit per weight or more, as Q4_K's and Q6_K's d * sc),
+// fp16 rounded to nearest when every value is in its normal range.
+constexpr size_t kRoundGroup = 128;
+ScaleKind pick_scale_kind(const std::vector<QuantSource>& sources, size_t group, size_t groups) {
+  bool f16_ok = true, bf16_ok = true, f16_near = group <= kRoundGroup;
   for (const QuantSource& s : sources) {
     for (const void* arr : {s.scales, s.offsets}) {
       if (arr == nullptr) continue;
-      for (size_t i = 0; i < s.rows * groups && (f16_ok || bf16_ok); ++i) {
+      for (size_t i = 0; i < s.rows * groups && (f16_ok || bf16_ok || f16_near); ++i) {
         const float v = load_src_scale(arr, s.scale_dtype, i);
         f16_ok = f16_ok && same_bits(f16_to_f32(f32_to_f16(v)), v);
         bf16_ok = bf16_ok && same_bits(bf16_to_f32(f32_to_bf16(v)), v);
+        f16_near = f16_near && f16_normal_range(v);
       }
     }
   }
-  return f16_ok ? ScaleKind::F16 : bf16_ok ? ScaleKind::BF16 : ScaleKind::F32;
+  if (f16_ok) return ScaleKind::F16;
+  if (bf16_ok) return ScaleKind::BF16;
+  return f16_near ? ScaleKind::F16 : ScaleKind::F32;
 }
 
 void store_scale(ScaleKind sk, uint8_t* p, size_t i, float v) {
@@ -798,7 +810,7 @@ PackedQWeight PackedQWeight::pack(const std::vector<QuantSource>& sources, size_
   L.blk = group % 32 == 0 ? 32 : 16;  // divides the group (e.g. per-channel K = 1040)
   L.nblk = K / L.blk;
   L.bpg = group / L.blk;
-  L.sk = narrowest_scale_kind(sources, groups);
+  L.sk = pick_scale_kind(sources, group, groups);
   L.has_off = has_off;
   L.tile_vbytes = type == QType::INT8 ? K * kLanes : K * kLanes / 2;
   L.group_mbytes = kLanes * scale_size(L.sk) * (has_off ? 2 : 1);

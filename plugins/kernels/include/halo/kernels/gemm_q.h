@@ -12,7 +12,12 @@
 //
 //   y[m, n] = sum_b  xs[m, b] * (ws[n, b] * dot_b(xq[m], q[n]) + wo[n, b] * sum_b(xq[m]))
 //
-// (ws/wo: the weight group's scale and offset, wo = 0 when symmetric),
+// (ws/wo: the weight group's scale and offset as packed, wo = 0 when
+// symmetric; packing keeps them exactly, except that groups of at most 128
+// whose scales and offsets are neither all fp16 nor all bf16 values but all
+// lie in fp16's normal range are rounded to nearest fp16 (relative error
+// <= 2^-11, far below the weight's own quantization step) to stream fewer
+// bytes: GGUF Q4_K's and Q6_K's d * sc, load-time int4's fp32 scales),
 // evaluated per block as acc = fma(ws, float(dot) * xs, acc), then, with
 // offsets, acc = fma(wo, xs * float(sum), acc); the bias is added last. With
 // AVX512-VNNI (vpdpbusd) on the CPU the integer dots run 64 multiply-adds per
