@@ -20,12 +20,25 @@ RequestStream::RequestStream(std::string request_id, std::vector<int32_t> prompt
     : request_id_(std::move(request_id)), prompt_ids_(std::move(prompt_ids)), open_choices_(n) {}
 
 void RequestStream::push(StreamEvent event) {
+  std::function<void()> listener;
   {
     std::lock_guard lk(mu_);
     if (event.finished) open_choices_--;
     events_.push_back(std::move(event));
+    listener = listener_;
   }
   cv_.notify_all();
+  if (listener) listener();
+}
+
+void RequestStream::set_listener(std::function<void()> listener) {
+  bool waiting = false;
+  {
+    std::lock_guard lk(mu_);
+    listener_ = listener;
+    waiting = !events_.empty();
+  }
+  if (waiting && listener) listener();
 }
 
 RequestStream::Poll RequestStream::next(StreamEvent& event, std::chrono::milliseconds timeout) {

@@ -60,6 +60,12 @@ class RequestStream {
   // finished and all events were taken.
   Poll next(StreamEvent& event, std::chrono::milliseconds timeout = std::chrono::hours(24));
 
+  // Called after each event is queued (on the engine's thread, outside the
+  // stream's lock), and at once if events are already waiting, so a consumer
+  // that cannot block in next() (an event loop) learns when to poll. It must
+  // be quick and must not call into this stream. Set it once, before relying on it.
+  void set_listener(std::function<void()> listener);
+
   // Filled before the first event of a request that asked for them.
   std::vector<TokenLogprob> prompt_logprobs() const;
   int num_cached_prompt_tokens() const;
@@ -72,6 +78,7 @@ class RequestStream {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;
+  std::function<void()> listener_;
   int open_choices_;
   std::vector<TokenLogprob> prompt_logprobs_;
   int cached_prompt_tokens_ = 0;

@@ -259,6 +259,17 @@ int resolve_max_tokens(const SamplingRequest& s, Endpoint ep, int prompt_len, in
   return 16;
 }
 
+void settle_max_tokens(SamplingRequest& s, Endpoint ep, int prompt_len, int max_model_len,
+                       const model::GenerationDefaults& g) {
+  auto& sp = s.options.sampling;
+  sp.max_tokens = resolve_max_tokens(s, ep, prompt_len, max_model_len, g);
+  if (sp.min_tokens > sp.max_tokens)
+    throw ApiError(400,
+                   fmt::format("'min_tokens' ({}) must not exceed 'max_tokens' ({})", sp.min_tokens,
+                               sp.max_tokens),
+                   "min_tokens", error_code::kInvalidValue);
+}
+
 namespace {
 
 constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();

@@ -101,5 +101,9 @@ void validate_tools(const json& tools);
 // generation_config's max_new_tokens); 400 when it overflows the context.
 int resolve_max_tokens(const SamplingRequest& s, Endpoint ep, int prompt_len, int max_model_len,
                        const model::GenerationDefaults& g);
+// resolve_max_tokens into s.options.sampling.max_tokens, then the check that
+// min_tokens does not exceed it (400). Every frontend settles a request so.
+void settle_max_tokens(SamplingRequest& s, Endpoint ep, int prompt_len, int max_model_len,
+                       const model::GenerationDefaults& g);
 
 }  // namespace halo::serve

@@ -1,5 +1,4 @@
 #include "serve/model_loading.h"
-#include "serve/tokenizer_files.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -12,7 +11,9 @@
 #include "common/error.h"
 #include "device/plugin.h"
 #include "engine/llm_engine.h"
+#include "model/gguf_model.h"
 #include "model/model_loader.h"
+#include "serve/tokenizer_files.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace halo::serve {
@@ -204,9 +205,10 @@ fs::path model_dir(const ModelSettings& s, bool offline) {
       throw Error(fmt::format("{} (model from {})", e.what(), origin_of(s, key)));
     }
   }
-  if (!fs::exists(dir / "config.json"))
-    throw Error(fmt::format("{}: not a model directory (no config.json) (model from {})", dir.string(),
-                            origin_of(s, key)));
+  if (!fs::exists(dir / "config.json") && !model::find_gguf(dir))
+    throw Error(
+        fmt::format("{}: not a model directory (no config.json) or GGUF file (model from {})",
+                    dir.string(), origin_of(s, key)));
   return dir;
 }
 
@@ -217,80 +219,96 @@ struct Device {
 
 }  // namespace
 
+namespace {
+
+// Loads `s` on its device (opened once per device in `devices`), claiming its
+// memory in `plan`. Throws halo::Error naming what was wrong.
+std::shared_ptr<ServedModel> load_one(const ModelSettings& s, const LoadOptions& options,
+                                      MemoryPlan& plan, std::map<std::string, Device>& devices) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path dir = model_dir(s, false);
+  const fs::path tokenizer_dir =
+      s.tokenizer.empty() ? dir : model::resolve_model(s.tokenizer, s.hub);
+  engine::EngineConfig ec = s.engine;
+  const std::string key = fmt::format("{}:{}", ec.device, ec.device_index);
+  if (!devices.count(key)) {
+    Device d;
+    d.plugin = device::Plugin::load(ec.device);
+    if (ec.device_index < 0 || ec.device_index >= d.plugin->device_count())
+      throw Error(fmt::format("device-index {}: plugin '{}' has {} devices", ec.device_index,
+                              ec.device, d.plugin->device_count()));
+    d.info = d.plugin->device_info(ec.device_index);
+    devices[key] = std::move(d);
+  }
+  const Device& dev = devices[key];
+  int tp = s.tensor_parallel_size == 0 ? std::max(1, dev.info.num_chips) : s.tensor_parallel_size;
+  if (tp > 1) {
+    if (!(dev.info.capabilities & HALO_CAP_TENSOR_PARALLEL))
+      throw Error(
+          fmt::format("tensor-parallel-size {}: the {} plugin runs a model on one device. Tensor "
+                      "parallelism is the device plugin's business: a plugin that splits a model "
+                      "declares HALO_CAP_TENSOR_PARALLEL and takes the option tensor_parallel_size",
+                      tp, dev.plugin->name()));
+    ec.plugin_options.emplace_back("tensor_parallel_size", std::to_string(tp));
+  }
+  auto config = model::load_config(dir);
+  if (std::string dtype = check_dtype(s.dtype, config, dev.info, dev.plugin->name());
+      !dtype.empty())
+    ec.plugin_options.emplace_back("dtype", dtype);
+
+  // The memory arithmetic, before anything is loaded.
+  const uint64_t free_bytes = dev.info.memory_free_bytes;
+  MemoryEstimate need = estimate_memory(s, config, weight_file_bytes(dir),
+                                        plan.left(key, free_bytes), dev.info.kv_cache_dtypes);
+  if (free_bytes > 0) {
+    std::string why = plan.claim(s.name, key, free_bytes, need);
+    if (!why.empty()) throw Error(why);
+  }
+  spdlog::info("model '{}': weights {} + KV cache {} ({}); {} free on {}", s.name,
+               human_bytes(need.weights), human_bytes(need.kv), need.kv_source,
+               human_bytes(free_bytes), key);
+
+  auto loaded =
+      std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir, engine::load_options(ec)));
+  auto tokenizer = load_tokenizer(tokenizer_dir);
+  auto tpl = chat_template(options.chat_template, tokenizer_dir);
+  auto eng = std::make_shared<engine::AsyncEngine>(ec, loaded, std::move(tokenizer));
+  std::vector<std::string> names{s.name};
+  names.insert(names.end(), s.extra_names.begin(), s.extra_names.end());
+  auto sm = ServedModel::make(names, s.dir.string(), eng, std::move(tpl));
+  sm->version = s.version;
+  sm->max_batch_size = s.max_batch_size;
+  spdlog::info(
+      "model {} loaded in {:.2f} s; serving '{}' (max_model_len {}, {} KV blocks of {} tokens)",
+      dir.string(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+      s.name, eng->engine().max_model_len(), eng->engine().num_kv_blocks(),
+      eng->engine().limits().block_size);
+  return sm;
+}
+
+}  // namespace
+
 size_t load_models(const std::vector<ModelSettings>& models, ServingCore& core,
                    const LoadOptions& options) {
   MemoryPlan plan;
   std::map<std::string, Device> devices;
   size_t served = 0;
   for (const auto& s : models) {
-    const auto t0 = std::chrono::steady_clock::now();
     try {
-      const fs::path dir = model_dir(s, false);
-      const fs::path tokenizer_dir = s.tokenizer.empty() ? dir : model::resolve_model(s.tokenizer, s.hub);
-      engine::EngineConfig ec = s.engine;
-      const std::string key = fmt::format("{}:{}", ec.device, ec.device_index);
-      if (!devices.count(key)) {
-        Device d;
-        d.plugin = device::Plugin::load(ec.device);
-        if (ec.device_index < 0 || ec.device_index >= d.plugin->device_count())
-          throw Error(fmt::format("device-index {}: plugin '{}' has {} devices", ec.device_index,
-                                  ec.device, d.plugin->device_count()));
-        d.info = d.plugin->device_info(ec.device_index);
-        devices[key] = std::move(d);
-      }
-      const Device& dev = devices[key];
-      int tp =
-          s.tensor_parallel_size == 0 ? std::max(1, dev.info.num_chips) : s.tensor_parallel_size;
-      if (tp > 1) {
-        if (!(dev.info.capabilities & HALO_CAP_TENSOR_PARALLEL))
-          throw Error(fmt::format(
-              "tensor-parallel-size {}: the {} plugin runs a model on one device. Tensor "
-              "parallelism is the device plugin's business: a plugin that splits a model "
-              "declares HALO_CAP_TENSOR_PARALLEL and takes the option tensor_parallel_size",
-              tp, dev.plugin->name()));
-        ec.plugin_options.emplace_back("tensor_parallel_size", std::to_string(tp));
-      }
-      auto config = model::load_config(dir);
-      if (std::string dtype = check_dtype(s.dtype, config, dev.info, dev.plugin->name()); !dtype.empty())
-        ec.plugin_options.emplace_back("dtype", dtype);
-
-      // The memory arithmetic, before anything is loaded.
-      const uint64_t free_bytes = dev.info.memory_free_bytes;
-      MemoryEstimate need =
-          estimate_memory(s, config, weight_file_bytes(dir), plan.left(key, free_bytes),
-                          dev.info.kv_cache_dtypes);
-      if (free_bytes > 0) {
-        std::string why = plan.claim(s.name, key, free_bytes, need);
-        if (!why.empty()) throw Error(why);
-      }
-      spdlog::info("model '{}': weights {} + KV cache {} ({}); {} free on {}", s.name,
-                   human_bytes(need.weights), human_bytes(need.kv), need.kv_source,
-                   human_bytes(free_bytes), key);
-
-      auto loaded = std::make_shared<model::LoadedModel>(
-          model::LoadedModel::load(dir, engine::load_options(ec)));
-      auto tokenizer = load_tokenizer(tokenizer_dir);
-      auto tpl = chat_template(options.chat_template, tokenizer_dir);
-      auto eng = std::make_shared<engine::AsyncEngine>(ec, loaded, std::move(tokenizer));
-      std::vector<std::string> names{s.name};
-      names.insert(names.end(), s.extra_names.begin(), s.extra_names.end());
-      auto sm = ServedModel::make(names, s.dir.string(), eng, std::move(tpl));
-      sm->version = s.version;
-      sm->max_batch_size = s.max_batch_size;
-      core.add_model(sm);
+      core.add_model(load_one(s, options, plan, devices));
       ++served;
-      spdlog::info(
-          "model {} loaded in {:.2f} s; serving '{}' (max_model_len {}, {} KV blocks of {} tokens)",
-          dir.string(),
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), s.name,
-          eng->engine().max_model_len(), eng->engine().num_kv_blocks(),
-          eng->engine().limits().block_size);
     } catch (const std::exception& e) {
       spdlog::error("model '{}' refused: {}", s.name, e.what());
       core.refuse_model(s.name, e.what());
     }
   }
   return served;
+}
+
+std::shared_ptr<ServedModel> load_model(const ModelSettings& s, const LoadOptions& options) {
+  MemoryPlan plan;
+  std::map<std::string, Device> devices;
+  return load_one(s, options, plan, devices);
 }
 
 std::string check_settings(const ModelSettings& s) {

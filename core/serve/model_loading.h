@@ -71,6 +71,11 @@ struct LoadOptions {
 // returns how many are served. Never throws for one model's failure.
 size_t load_models(const std::vector<ModelSettings>& models, ServingCore& core, const LoadOptions& options);
 
+// One model loaded as load_models loads each (device, dtype, tensor
+// parallelism and memory checked), for an in-process caller (the Python
+// API). Throws halo::Error naming what was wrong.
+std::shared_ptr<ServedModel> load_model(const ModelSettings& s, const LoadOptions& options);
+
 // What loading `s` would refuse before any device is opened: a model that
 // is not there (a Hub id not yet in the cache is not refused: loading
 // downloads it), a config.json that does not parse, a dtype the device

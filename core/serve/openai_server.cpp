@@ -773,14 +773,9 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
   job->completion_logprobs = s.logprobs;
   job->want_prompt_logprobs = s.prompt_logprobs >= 0;
   if (job->echo && s.logprobs >= 0) s.prompt_logprobs = std::max(s.prompt_logprobs, s.logprobs);
-  int max_tokens = 0;
   for (const auto& p : prompts)
-    max_tokens = resolve_max_tokens(job->sreq, Endpoint::kCompletions, static_cast<int>(p.ids.size()),
-                                    m.max_model_len, m.defaults.generation);
-  s.max_tokens = max_tokens;
-  if (s.min_tokens > s.max_tokens)
-    throw ApiError(400, fmt::format("'min_tokens' ({}) must not exceed 'max_tokens' ({})", s.min_tokens, s.max_tokens),
-                   "min_tokens", error_code::kInvalidValue);
+    settle_max_tokens(job->sreq, Endpoint::kCompletions, static_cast<int>(p.ids.size()),
+                      m.max_model_len, m.defaults.generation);
   f.log_unknown("/v1/completions");
   start(job, mp, std::move(prompts), res);
 }
@@ -800,13 +795,9 @@ void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>
   std::string prompt = render_chat(m, f, add_special, &job->chat_echo);
   Prompt p{prompt, true, m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos))};
   truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
-  auto& s = job->sreq.options.sampling;
-  s.max_tokens = resolve_max_tokens(job->sreq, Endpoint::kChat, static_cast<int>(p.ids.size()), m.max_model_len,
-                                    m.defaults.generation);
-  if (s.min_tokens > s.max_tokens)
-    throw ApiError(400, fmt::format("'min_tokens' ({}) must not exceed 'max_tokens' ({})", s.min_tokens, s.max_tokens),
-                   "min_tokens", error_code::kInvalidValue);
-  job->want_prompt_logprobs = s.prompt_logprobs >= 0;
+  settle_max_tokens(job->sreq, Endpoint::kChat, static_cast<int>(p.ids.size()), m.max_model_len,
+                    m.defaults.generation);
+  job->want_prompt_logprobs = job->sreq.options.sampling.prompt_logprobs >= 0;
   f.touch("functions");
   f.log_unknown("/v1/chat/completions");
   start(job, mp, {std::move(p)}, res);
@@ -830,12 +821,8 @@ void OpenAIServer::generate(const HttpRequest& req, const std::shared_ptr<Respon
   ctx_.core().check_prompt_bytes(m, prompt->size(), "prompt");
   Prompt p{*prompt, true, m.tokenizer().encode(*prompt, true)};
   truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
-  auto& s = job->sreq.options.sampling;
-  s.max_tokens = resolve_max_tokens(job->sreq, Endpoint::kGenerate, static_cast<int>(p.ids.size()), m.max_model_len,
-                                    m.defaults.generation);
-  if (s.min_tokens > s.max_tokens)
-    throw ApiError(400, fmt::format("'min_tokens' ({}) must not exceed 'max_tokens' ({})", s.min_tokens, s.max_tokens),
-                   "min_tokens", error_code::kInvalidValue);
+  settle_max_tokens(job->sreq, Endpoint::kGenerate, static_cast<int>(p.ids.size()), m.max_model_len,
+                    m.defaults.generation);
   f.log_unknown("/generate");
   start(job, mp, {std::move(p)}, res);
 }

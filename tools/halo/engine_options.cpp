@@ -1,11 +1,22 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 
+#include "cli.h"
 #include "commands.h"
 
 namespace halo::tools {
 namespace fs = std::filesystem;
 
+namespace {
+fs::path& default_model_override() {
+  static fs::path dir;
+  return dir;
+}
+}  // namespace
+
+void set_default_model_dir(const fs::path& dir) { default_model_override() = dir; }
+
 fs::path default_model_dir() {
+  if (!default_model_override().empty()) return default_model_override();
   boost::system::error_code ec;
   auto exe = boost::dll::program_location(ec);
   if (!ec) {
