@@ -7,7 +7,7 @@
 #   file:line length name [long: reason]
 #
 # where line is the line of the function's name and length counts the lines
-# from it to the closing brace. Scans core/, plugins/, tools/ and
+# from it to the closing brace. Scans core/, plugins/, tools/, python/src/ and
 # docs/examples/ (not tests/ or fuzz/) unless paths are given.
 #
 #   scripts/long-functions.sh [-n N] [--unexplained] [PATH...]
@@ -35,7 +35,7 @@ while (($#)); do
 done
 if ((${#paths[@]} == 0)); then
   cd "$here"
-  paths=(core plugins tools docs/examples)
+  paths=(core plugins tools python/src docs/examples)
 fi
 
 files=()

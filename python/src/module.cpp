@@ -100,6 +100,23 @@ void bind_engine(py::module_& m) {
                              [](const PyEngine& e) { return e.model().max_num_seqs; })
       .def_property_readonly("has_chat_template",
                              [](const PyEngine& e) { return e.model().chat_template.has_value(); })
+      .def_property_readonly("generation_defaults",
+                             [](const PyEngine& e) {
+                               // The model's generation_config.json as the engine read it
+                               // (vLLM's names); only the keys it sets.
+                               const auto& g = e.model().defaults.generation;
+                               py::dict d;
+                               if (g.do_sample && !*g.do_sample)
+                                 d["temperature"] = 0.0f;
+                               else if (g.temperature)
+                                 d["temperature"] = *g.temperature;
+                               if (g.top_p) d["top_p"] = *g.top_p;
+                               if (g.top_k) d["top_k"] = *g.top_k;
+                               if (g.repetition_penalty)
+                                 d["repetition_penalty"] = *g.repetition_penalty;
+                               if (g.max_new_tokens) d["max_tokens"] = *g.max_new_tokens;
+                               return d;
+                             })
       .def("tokenizer", [](const PyEngine& e) { return e.model().tokenizer(); })
       .def(
           "render_chat",
@@ -131,6 +148,7 @@ void bind_engine(py::module_& m) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "halo's engine, tokenizer and command line (the C++ side of the halo package)";
   m.attr("__version__") = HALO_VERSION;
+  halo::tools::install_logger();  // logs on stderr, as the binary's
   m.def(
       "run_cli", [](const std::vector<std::string>& argv) { return halo::tools::run_cli(argv); },
       py::arg("argv"), py::call_guard<py::gil_scoped_release>(),

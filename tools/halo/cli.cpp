@@ -14,15 +14,12 @@
 
 namespace halo::tools {
 
-namespace {
-// The logger of every halo command, created once per process.
 void install_logger() {
   if (spdlog::get("halo") != nullptr) return;
   auto logger = spdlog::stderr_color_mt("halo");
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("%^[%Y-%m-%d %H:%M:%S.%e] [%l]%$ %v");
 }
-}  // namespace
 
 int run_cli(const std::vector<std::string>& args) {
   CLI::App app{"halo: serve large language models on any accelerator", "halo"};

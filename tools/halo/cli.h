@@ -13,6 +13,10 @@ namespace halo::tools {
 // code; errors are printed to stderr as the binary prints them.
 int run_cli(const std::vector<std::string>& args);
 
+// halo's logger (stderr, the binary's pattern) as spdlog's default, once per
+// process; run_cli calls it, and so does the Python module when it loads.
+void install_logger();
+
 // Where the embedded model is, instead of the install tree's or the source
 // tree's copy (the Python package ships its own). Call before run_cli.
 void set_default_model_dir(const std::filesystem::path& dir);
