@@ -142,7 +142,17 @@ describe('SageMaker LMI contract', () => {
       // before the deadline can decode on any machine (three were once done in
       // time on a quiet one, and none was cut).
       const streams = Array.from({ length: 8 }, () => curl(['-X', 'POST', `${s.url}/invocations`, '-d', body]));
-      await sleep(300);
+      // Every stream admitted before the signal (on a loaded machine a curl may
+      // start late, and a server that is shutting down refuses it).
+      for (let t = 0; ; t += 50) {
+        const m = await curl([`${s.url}/metrics`]);
+        // Summed over label sets: running + waiting + finished requests.
+        const total = (name) => [...m.body.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)`, 'gm'))]
+          .reduce((a, x) => a + Number(x[1]), 0);
+        if (total('vllm:num_requests_running') + total('vllm:num_requests_waiting') +
+            total('vllm:request_success_total') >= 8 || t > 10000) break;
+        await sleep(50);
+      }
       s.proc.kill('SIGTERM');
       const results = await Promise.all(streams);
       const { code } = await s.exited;
