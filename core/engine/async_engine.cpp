@@ -105,7 +105,11 @@ std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& reque
                                                         std::vector<int32_t> prompt_ids,
                                                         const RequestOptions& options) {
   engine_->validate_request(prompt_ids, options.sampling);
-  int best_of = options.best_of > 0 ? options.best_of : options.n;
+  if (options.beam.width > 0) check_beam_options(options);
+  // A beam search is one engine request whatever n is.
+  int best_of = options.beam.width > 0 ? options.n
+                : options.best_of > 0  ? options.best_of
+                                       : options.n;
   if (options.n < 1) throw Error(fmt::format("n must be at least 1, got {}", options.n));
   if (best_of < options.n) throw Error(fmt::format("best_of={} must be at least n={}", best_of, options.n));
   if (best_of > 64) throw Error(fmt::format("best_of (or n) must be at most 64, got {}", best_of));
@@ -135,6 +139,25 @@ std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& reque
   return req->stream;
 }
 
+void AsyncEngine::check_beam_options(const RequestOptions& o) const {
+  const auto& b = o.beam;
+  if (o.n > b.width)
+    throw Error(fmt::format("beam search returns at most its width: n={} exceeds the beam width {}",
+                            o.n, b.width));
+  if (b.width > engine_->limits().max_num_seqs)
+    throw Error(fmt::format("beam width {} exceeds max_num_seqs={}", b.width,
+                            engine_->limits().max_num_seqs));
+  if (!o.stop.empty())
+    throw Error("stop strings are not supported with beam search (stop_token_ids are)");
+  if (o.sampling.logprobs >= 0 || o.sampling.prompt_logprobs >= 0)
+    throw Error(
+        "logprobs are not supported with beam search (each result carries its cumulative logprob)");
+  if (o.sampling.min_tokens > 0) throw Error("min_tokens is not supported with beam search");
+  if (o.sampling.temperature > 0.0f)
+    throw Error(fmt::format("beam search is deterministic: temperature must be 0, got {}",
+                            o.sampling.temperature));
+}
+
 void AsyncEngine::abort(const std::string& request_id) {
   {
     std::lock_guard lk(mu_);
@@ -160,6 +183,20 @@ void AsyncEngine::handle_add(const std::shared_ptr<Request>& req) {
     return;
   }
   uint64_t tag = next_seq_tag_++;
+  if (req->opts.beam.width > 0) {
+    const std::string id = req->choices[0].seq_id = fmt::format("{}#beam", tag);
+    try {
+      engine_->add_beam_request(id, req->prompt, req->opts.sampling, req->opts.beam,
+                                req->opts.priority);
+    } catch (const std::exception& e) {
+      fail_request(*req, e.what());
+      return;
+    }
+    requests_[req->id] = req;
+    by_seq_[id] = {req, 0};
+    req->open = static_cast<int>(req->choices.size());
+    return;
+  }
   std::vector<std::string> ids;
   std::vector<SamplingParams> params;
   for (size_t i = 0; i < req->choices.size(); ++i) {
@@ -244,6 +281,7 @@ void AsyncEngine::process(const RequestOutput& out) {
   auto it = by_seq_.find(out.request_id);
   if (it == by_seq_.end()) return;
   auto req = it->second.first;
+  if (req->opts.beam.width > 0) return process_beams(*req, out);
   Choice& c = req->choices[it->second.second];
   const Sequence& seq = *out.seq;
   const auto now = Clock::now();
@@ -302,6 +340,41 @@ void AsyncEngine::process(const RequestOutput& out) {
     b.logprobs.insert(b.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
   } else {
     req->stream->push(std::move(ev));
+  }
+}
+
+// A beam search ends in one output: its n best hypotheses become the choices.
+void AsyncEngine::process_beams(Request& req, const RequestOutput& out) {
+  if (!out.finished) return;
+  {
+    std::lock_guard lk(metrics_mu_);
+    metrics_.time_to_first_token_seconds.observe(
+        std::chrono::duration<double>(Clock::now() - req.arrival).count());
+  }
+  {
+    std::lock_guard lk(req.stream->mu_);
+    req.stream->prompt_logprobs_.clear();
+  }
+  for (size_t k = 0; k < req.choices.size(); ++k) {
+    Choice& c = req.choices[k];
+    StreamEvent ev;
+    ev.index = static_cast<int>(k);
+    ev.finished = true;
+    if (k < out.beams.size()) {
+      const BeamHypothesis& h = out.beams[k];
+      ev.token_ids = h.tokens;
+      for (int32_t t : h.tokens) ev.text += c.detok->add(t);
+      ev.text += c.detok->finish();
+      ev.finish_reason = h.finish_reason;
+      const auto& ids = req.opts.sampling.stop_token_ids;
+      if (h.stop_token >= 0 && std::find(ids.begin(), ids.end(), h.stop_token) != ids.end())
+        ev.stop_reason = std::to_string(h.stop_token);
+      ev.cumulative_logprob = h.cumulative_logprob;
+      ev.beam_score = h.score;
+    } else {
+      ev.finish_reason = FinishReason::kLength;  // fewer hypotheses than n (a tiny vocabulary)
+    }
+    finish_choice(req, c, std::move(ev));
   }
 }
 
@@ -449,6 +522,8 @@ std::vector<RequestResult> AsyncEngine::generate(
       if (ev.finished) {
         c.finish_reason = ev.finish_reason;
         c.stop_reason = ev.stop_reason;
+        c.cumulative_logprob = ev.cumulative_logprob;
+        c.beam_score = ev.beam_score;
       }
       if (!ev.error.empty()) results[i].error = ev.error;
     }

@@ -32,6 +32,9 @@ struct RequestOptions {
   int n = 1;        // choices returned
   int best_of = 0;  // sequences generated (0: n); the n with the best cumulative logprob win
   int priority = 0;  // lower runs first
+  // width > 0: beam search of that width instead of sampling (n <= width
+  // results, best first; see beam_search.h). No stop strings or logprobs.
+  BeamParams beam;
 };
 
 // One event of one choice of a request.
@@ -44,6 +47,8 @@ struct StreamEvent {
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;            // the stop string, or the stop token id, that ended it
   std::string error;                  // set: the request failed (finish_reason is kAbort)
+  // Beam search results only: the hypothesis' cumulative logprob and score.
+  std::optional<double> cumulative_logprob, beam_score;
 };
 
 // Consumer side of one request. Events arrive in order; several choices
@@ -91,6 +96,7 @@ struct ChoiceResult {
   std::vector<TokenLogprob> logprobs;
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;
+  std::optional<double> cumulative_logprob, beam_score;  // beam search only
 };
 struct RequestResult {
   std::vector<int32_t> prompt_ids;
@@ -138,6 +144,8 @@ class AsyncEngine {
   void fail_request(const Request& req, const std::string& message);
   void handle_abort(const std::string& request_id);
   void process(const RequestOutput& out);
+  void process_beams(Request& req, const RequestOutput& out);
+  void check_beam_options(const RequestOptions& options) const;
   void finish_choice(Request& req, Choice& choice, StreamEvent ev);
   void fail_all(const std::string& message);
   void log_stats_if_due();

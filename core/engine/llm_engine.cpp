@@ -179,6 +179,29 @@ void LLMEngine::add_request_group(const std::vector<std::string>& request_ids,
   scheduler_->add_group(std::move(leader), std::move(followers));
 }
 
+void LLMEngine::add_beam_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
+                                 SamplingParams params, const BeamParams& beam, int priority) {
+  validate_request(prompt_ids, params);
+  if (beam.width < 1 || beam.width > limits_.max_num_seqs)
+    throw Error(fmt::format("beam width {} must be in [1, max_num_seqs={}]", beam.width,
+                            limits_.max_num_seqs));
+  check_new_ids({request_id});
+  const int prompt_len = static_cast<int>(prompt_ids.size());
+  std::vector<int32_t> stops = params.stop_token_ids;
+  if (!params.ignore_eos) stops.insert(stops.end(), eos_ids_.begin(), eos_ids_.end());
+  const int max_tokens = std::min(params.max_tokens, limits_.max_model_len - prompt_len);
+  // Each beam's step yields its 2W most likely next tokens (the sampled one is unused).
+  params.logprobs = 2 * beam.width;
+  params.temperature = 0.0f;
+  params.min_tokens = 0;
+  auto seq = make_sequence(request_id, prompt_ids, std::move(params), priority);
+  seq->beam = std::make_shared<BeamGroup>(
+      BeamSearch(beam, prompt_len, max_tokens, std::move(stops)), request_id);
+  seq->beam->beams = {seq};
+  seq->beam->offers = {std::nullopt};
+  scheduler_->add(std::move(seq));
+}
+
 std::shared_ptr<Sequence> LLMEngine::make_sequence(const std::string& request_id,
                                                    const std::vector<int32_t>& prompt_ids,
                                                    SamplingParams params, int priority) {
@@ -219,6 +242,11 @@ std::vector<RequestOutput> LLMEngine::step() {
   for (size_t i = 0; i < sched.scheduled.size(); ++i) {
     if (!results[i].sampled) continue;
     const Sequence& seq = *sched.scheduled[i].seq;
+    if (seq.beam) {
+      if (BeamGroup& g = *seq.beam; g.search.done() && !g.reported)
+        outputs.push_back(beam_output(g));
+      continue;
+    }
     RequestOutput out;
     out.request_id = seq.request_id;
     out.new_token_ids = {seq.output_ids.back()};
@@ -230,6 +258,18 @@ std::vector<RequestOutput> LLMEngine::step() {
   for (const auto& o : outputs)
     if (o.finished) live_.erase(o.request_id);
   return outputs;
+}
+
+// The one output of a finished beam search.
+RequestOutput LLMEngine::beam_output(BeamGroup& g) {
+  g.reported = true;
+  RequestOutput out;
+  out.request_id = g.request_id;
+  out.finished = true;
+  out.beams = g.search.results();
+  out.finish_reason = out.beams.empty() ? FinishReason::kLength : out.beams.front().finish_reason;
+  out.seq = live_.at(g.request_id);
+  return out;
 }
 
 // Reads what the device computed for scheduled sequence i (its sequence is not

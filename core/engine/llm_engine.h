@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "device/plugin.h"
+#include "engine/beam_search.h"
 #include "engine/engine_config.h"
 #include "engine/kv_block_manager.h"
 #include "engine/model_runner.h"
@@ -25,6 +26,9 @@ struct RequestOutput {
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::shared_ptr<const Sequence> seq;  // full state, read-only
+  // A beam search's result, when it finishes: the hypotheses, best first
+  // (new_token_ids is then empty).
+  std::vector<BeamHypothesis> beams;
 };
 
 struct EngineStats {
@@ -62,6 +66,12 @@ class LLMEngine {
   void add_request_group(const std::vector<std::string>& request_ids,
                          const std::vector<int32_t>& prompt_ids, std::vector<SamplingParams> params,
                          int priority = 0);
+  // Queues a beam search (beam.width >= 1 beams, at most max_num_seqs) on
+  // `params`' max_tokens, stop ids and ignore_eos; its sampling fields are
+  // not used. Checked as add_request. One RequestOutput reports it, when it
+  // ends, with the hypotheses in `beams`.
+  void add_beam_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
+                        SamplingParams params, const BeamParams& beam, int priority = 0);
   // Ends a request wherever it is and frees its blocks at once (also used to
   // end a request on a stop string, with reason kStop). False if unknown.
   bool abort_request(const std::string& request_id, FinishReason reason = FinishReason::kAbort);
@@ -84,6 +94,7 @@ class LLMEngine {
 
  private:
   void read_step(const SchedulerOutput& sched, size_t i, StepResult& result);
+  RequestOutput beam_output(BeamGroup& g);
   void check_new_ids(const std::vector<std::string>& request_ids) const;
   std::shared_ptr<Sequence> make_sequence(const std::string& request_id,
                                           const std::vector<int32_t>& prompt_ids,

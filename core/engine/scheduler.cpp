@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 namespace halo::engine {
 
@@ -41,10 +42,13 @@ void Scheduler::add_group(std::shared_ptr<Sequence> leader,
   add(std::move(leader));
 }
 
+int Scheduler::busy_seats() const {
+  return static_cast<int>(std::count_if(running_.begin(), running_.end(),
+                                        [](const auto& s) { return !s->finished(); }));
+}
+
 bool Scheduler::try_fork(const Held& held, KvBlockManager::BlockCopies& copies) {
-  auto busy =
-      std::count_if(running_.begin(), running_.end(), [](const auto& s) { return !s->finished(); });
-  if (busy >= config_.max_num_seqs) return false;
+  if (busy_seats() >= config_.max_num_seqs) return false;
   int prompt_len = static_cast<int>(held.follower->prompt_ids.size());
   if (!blocks_.fork(*held.leader, *held.follower, prompt_len, copies)) return false;
   held.follower->status = SequenceStatus::kRunning;
@@ -121,6 +125,7 @@ void Scheduler::admit_waiting(SchedulerOutput& out, int& budget, StepKinds& kind
 }
 
 SchedulerOutput Scheduler::schedule() {
+  retired_.clear();
   SchedulerOutput out;
   int budget = config_.max_num_batched_tokens;
   StepKinds kinds;
@@ -138,6 +143,7 @@ SchedulerOutput Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     auto seq = running_[i];
     int remaining = seq->num_tokens() - seq->num_computed_tokens;
+    if (remaining == 0) continue;  // a beam waiting for its siblings' candidates
     int n = std::min(remaining, budget);
     if (n < remaining && !config_.chunked_prefill) continue;
     bool prefill = remaining > 1;
@@ -179,6 +185,7 @@ void Scheduler::check_stop(Sequence& seq) const {
 
 KvBlockManager::BlockCopies Scheduler::update_from_step(const SchedulerOutput& step,
                                                         std::vector<StepResult>& results) {
+  std::vector<std::shared_ptr<BeamGroup>> beam_groups;  // those with a beam in this step
   for (size_t i = 0; i < step.scheduled.size(); ++i) {
     Sequence& seq = *step.scheduled[i].seq;
     StepResult& r = results.at(i);
@@ -186,14 +193,110 @@ KvBlockManager::BlockCopies Scheduler::update_from_step(const SchedulerOutput& s
     blocks_.cache_full_blocks(seq);
     for (auto& lp : r.prompt_logprobs) seq.prompt_logprobs.push_back(std::move(lp));
     if (!r.sampled) continue;
+    if (seq.beam) {
+      if (std::find(beam_groups.begin(), beam_groups.end(), seq.beam) == beam_groups.end())
+        beam_groups.push_back(seq.beam);
+      record_beam_offer(seq, std::move(r.token));
+      continue;
+    }
     seq.output_ids.push_back(r.token.token);
     seq.output_logprobs.push_back(std::move(r.token));
     check_stop(seq);
   }
   // Followers fork from the blocks of a leader that may finish in this very step.
   KvBlockManager::BlockCopies copies = fork_followers();
+  for (auto& g : beam_groups) {
+    const bool all = std::all_of(g->offers.begin(), g->offers.end(),
+                                 [](const auto& o) { return o.has_value(); });
+    if (all) advance_beams(*g, copies);
+  }
   remove_finished();
   return copies;
+}
+
+// ------------------------------------------------------------ beam search
+
+void Scheduler::record_beam_offer(Sequence& seq, TokenLogprob offer) {
+  BeamGroup& g = *seq.beam;
+  for (size_t i = 0; i < g.beams.size(); ++i)
+    if (g.beams[i].lock().get() == &seq) g.offers[i] = std::move(offer);
+}
+
+std::shared_ptr<Sequence> Scheduler::fork_beam(const std::shared_ptr<Sequence>& parent,
+                                               KvBlockManager::BlockCopies& copies) {
+  auto child = std::make_shared<Sequence>();
+  child->request_id = parent->request_id;
+  child->arrival = parent->arrival;
+  child->priority = parent->priority;
+  child->prompt_ids = parent->prompt_ids;
+  child->output_ids = parent->output_ids;
+  child->output_logprobs = parent->output_logprobs;
+  child->params = parent->params;
+  child->rng = parent->rng;
+  child->first_scheduled = parent->first_scheduled;
+  child->beam = parent->beam;
+  // Share the parent's computed blocks (the child recomputes the parent's
+  // last token into its own copy of the last block, then its new token),
+  // else start over from the prompt like a preempted sequence.
+  const bool computed =
+      !parent->block_table.empty() && parent->num_computed_tokens == parent->num_tokens();
+  if (computed && busy_seats() < config_.max_num_seqs &&
+      blocks_.fork(*parent, *child, parent->num_tokens(), copies)) {
+    child->status = SequenceStatus::kRunning;
+    running_.push_back(child);
+  } else {
+    child->status = SequenceStatus::kWaiting;
+    waiting_.push_front(child);
+  }
+  return child;
+}
+
+void Scheduler::end_beam(const std::shared_ptr<Sequence>& seq) {
+  retired_.push_back(seq);
+  seq->status = SequenceStatus::kFinished;
+  seq->finish_reason = FinishReason::kAbort;  // never reported: the group's result is
+  auto it = std::find(waiting_.begin(), waiting_.end(), seq);
+  if (it != waiting_.end()) {
+    waiting_.erase(it);
+    blocks_.free(*seq);
+  }  // a running one is freed by remove_finished()
+}
+
+void Scheduler::advance_beams(BeamGroup& g, KvBlockManager::BlockCopies& copies) {
+  std::vector<std::shared_ptr<Sequence>> old;
+  std::vector<BeamSearch::Candidates> offers;
+  std::vector<double> old_cum;
+  for (size_t i = 0; i < g.beams.size(); ++i) {
+    old.push_back(g.beams[i].lock());
+    offers.push_back(g.offers[i]->top);
+    old_cum.push_back(g.search.live()[i].cum);
+  }
+  const std::vector<int> parents = g.search.step(offers);
+  // A beam chosen once continues in place; chosen again it is forked first
+  // (before any parent takes its new token).
+  std::vector<std::shared_ptr<Sequence>> next(parents.size());
+  std::vector<bool> used(old.size(), false);
+  for (size_t j = 0; j < parents.size(); ++j) {
+    const auto p = static_cast<size_t>(parents[j]);
+    next[j] = used[p] ? fork_beam(old[p], copies) : old[p];
+    used[p] = true;
+  }
+  for (size_t j = 0; j < parents.size(); ++j) {
+    const auto& b = g.search.live()[j];
+    const double lp = b.cum - old_cum[static_cast<size_t>(parents[j])];
+    next[j]->output_ids.push_back(b.tokens.back());
+    next[j]->output_logprobs.push_back({b.tokens.back(), static_cast<float>(lp), {}});
+  }
+  for (size_t i = 0; i < old.size(); ++i)
+    if (!used[i]) end_beam(old[i]);
+  // The context is full: what is live ends by length.
+  if (!next.empty() && next.front()->num_tokens() >= config_.max_model_len) {
+    g.search.finish_live();
+    for (const auto& s : next) end_beam(s);
+    next.clear();
+  }
+  g.beams.assign(next.begin(), next.end());
+  g.offers.assign(next.size(), std::nullopt);
 }
 
 void Scheduler::remove_finished() {
@@ -219,7 +322,9 @@ bool Scheduler::abort(const std::string& request_id, FinishReason reason) {
     release_followers(*seq);
     return true;
   };
-  if (end_in(waiting_) || end_in(running_)) return true;
+  bool found = false;
+  while (end_in(waiting_) || end_in(running_)) found = true;  // every beam of a beam search
+  if (found) return true;
   auto held =
       std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return match(h.follower); });
   if (held == held_.end()) return false;

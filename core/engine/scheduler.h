@@ -13,6 +13,13 @@
 // straight into the running queue, or, when that is impossible, joins the
 // waiting queue as an ordinary request. Only waiting sequences hold no blocks.
 //
+// Beam search (a sequence with `beam` set): every live beam of a group
+// computes its next-token candidates; when all have them the group takes one
+// BeamSearch step: a beam chosen once continues in place, one chosen again is
+// forked (its blocks shared copy-on-write; it recomputes its last token), one
+// not chosen ends. A beam waiting for its siblings has nothing to compute and
+// is not scheduled. The group ends as one request (the engine reports it).
+//
 // Ownership: the scheduler is the one writer of a queued Sequence's state
 // (status, num_computed_tokens, output tokens, finish reason; its blocks
 // through KvBlockManager), and update_from_step() is where a step's results
@@ -22,6 +29,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/beam_search.h"
 #include "engine/kv_block_manager.h"
 #include "engine/sequence.h"
 
@@ -101,6 +109,13 @@ class Scheduler {
     std::shared_ptr<Sequence> leader, follower;
   };
   bool try_fork(const Held& held, KvBlockManager::BlockCopies& copies);
+  // Beam search (see above).
+  void record_beam_offer(Sequence& seq, TokenLogprob offer);
+  void advance_beams(BeamGroup& g, KvBlockManager::BlockCopies& copies);
+  std::shared_ptr<Sequence> fork_beam(const std::shared_ptr<Sequence>& parent,
+                                      KvBlockManager::BlockCopies& copies);
+  void end_beam(const std::shared_ptr<Sequence>& seq);
+  int busy_seats() const;
   void release_followers(const Sequence& leader);
   void check_stop(Sequence& seq) const;
 
@@ -109,6 +124,9 @@ class Scheduler {
   std::deque<std::shared_ptr<Sequence>> waiting_;
   std::vector<std::shared_ptr<Sequence>> running_;  // admission order: back = newest
   std::vector<Held> held_;  // followers whose leader has not computed the prompt yet
+  // Beams ended by the last update, kept alive until the next schedule(): the
+  // engine still reads the step's SchedulerOutput, whose pointers name them.
+  std::vector<std::shared_ptr<Sequence>> retired_;
 };
 
 }  // namespace halo::engine

@@ -3,6 +3,7 @@
 // cache, its block table and its own random generator.
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -18,6 +19,8 @@ struct TokenLogprob {
   float logprob = 0.0f;
   std::vector<std::pair<int32_t, float>> top;
 };
+
+struct BeamGroup;  // beam_search.h
 
 enum class SequenceStatus { kWaiting, kRunning, kFinished };
 enum class FinishReason { kNone, kStop, kLength, kAbort };
@@ -42,6 +45,7 @@ struct Sequence {
   std::chrono::steady_clock::time_point first_scheduled{};  // zero until first scheduled
   std::vector<int32_t> block_table;
   std::vector<uint64_t> block_hashes;  // prefix-cache hash chain of the full blocks registered so far
+  std::shared_ptr<BeamGroup> beam;     // set: one beam of a beam search (the scheduler drives it)
 
   int num_tokens() const { return static_cast<int>(prompt_ids.size() + output_ids.size()); }
   int32_t token_at(int i) const {

@@ -361,13 +361,6 @@ void reject_unsupported(Fields& f) {
   // Accepted for compatibility, no effect on the output.
   f.touch("user");
   f.touch("model");
-  if (auto lp = f.number("length_penalty"); lp && *lp != 1.0)
-    throw ApiError(400,
-                   "'length_penalty' only applies to beam search, which halo does not implement",
-                   "length_penalty", error_code::kUnsupportedValue);
-  if (f.boolean("use_beam_search").value_or(false))
-    throw ApiError(400, "'use_beam_search' is not supported by halo", "use_beam_search",
-                   error_code::kUnsupportedParameter);
 
   // Fields halo cannot honour yet: rejected rather than silently ignored.
   reject_nonempty(f, "logit_bias", "the sampler has no per-token bias");
@@ -385,6 +378,52 @@ void reject_unsupported(Fields& f) {
                      "(no guided decoding)",
                      "response_format", error_code::kUnsupportedValue);
   }
+}
+
+// vLLM's beam search fields: use_beam_search, with max(n, best_of) as the
+// width, length_penalty and early_stopping (true, false or "never").
+void parse_beam(Fields& f, SamplingRequest& r) {
+  auto& o = r.options;
+  const bool beam = f.boolean("use_beam_search").value_or(false);
+  const auto lp = f.number("length_penalty");
+  const json* es = f.get("early_stopping");
+  if (!beam) {
+    if (lp && *lp != 1.0)
+      throw ApiError(400, "'length_penalty' only applies to beam search ('use_beam_search': true)",
+                     "length_penalty", error_code::kInvalidValue);
+    if (es && !(es->is_boolean() && !es->get<bool>()))
+      throw ApiError(400, "'early_stopping' only applies to beam search ('use_beam_search': true)",
+                     "early_stopping", error_code::kInvalidValue);
+    return;
+  }
+  o.beam.width = std::max(o.n, o.best_of);
+  o.best_of = 0;
+  if (lp) {
+    if (!std::isfinite(*lp))
+      throw ApiError(400, "'length_penalty' must be a finite number", "length_penalty",
+                     error_code::kInvalidValue);
+    o.beam.length_penalty = static_cast<float>(*lp);
+  }
+  if (es) {
+    std::optional<engine::EarlyStopping> e;
+    if (es->is_boolean())
+      e = es->get<bool>() ? engine::EarlyStopping::kTrue : engine::EarlyStopping::kFalse;
+    if (es->is_string()) e = engine::parse_early_stopping(es->get<std::string>());
+    if (!e)
+      throw ApiError(400, "'early_stopping' must be true, false or \"never\"", "early_stopping",
+                     error_code::kInvalidValue);
+    o.beam.early_stopping = *e;
+  }
+  if (r.stream)
+    throw ApiError(400,
+                   "beam search results are known only at the end: 'stream' cannot be used with "
+                   "'use_beam_search'",
+                   "stream", error_code::kUnsupportedValue);
+  // Deterministic: the model's sampling defaults do not apply; a temperature asked for is refused.
+  if (const json* t = f.get("temperature"); t && t->is_number() && t->get<double>() > 0)
+    throw ApiError(400, "beam search is deterministic: 'temperature' must be 0", "temperature",
+                   error_code::kInvalidValue);
+  o.sampling.temperature = 0.0f;
 }
 
 }  // namespace
@@ -457,6 +496,7 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
     r.include_usage = sf.boolean("include_usage").value_or(false);
     r.continuous_usage_stats = sf.boolean("continuous_usage_stats").value_or(false);
   }
+  parse_beam(f, r);
   if (r.stream && o.best_of > o.n)
     throw ApiError(400, "'best_of' greater than 'n' cannot be streamed: the best are known only at the end", "best_of");
 

@@ -113,13 +113,22 @@ void reject_trtllm_inputs(Fields& f) {
   if (auto n = f.integer("num_return_sequences", 1, 1 << 20); n && *n != 1)
     throw ApiError(400, "'num_return_sequences' other than 1 is not supported on generate (use /v1/completions 'n')",
                    "num_return_sequences");
-  if (auto bw = f.integer("beam_width", 1, 1 << 20); bw && *bw != 1)
-    throw ApiError(400, "'beam_width' other than 1 is not supported by halo (no beam search)", "beam_width");
+  f.integer("beam_width", 1, 1);  // above 1 it became use_beam_search (trtllm_beam_width)
   // No effect on the output: padding, speculative decoding, Triton's sequence batching.
   f.integer("pad_id", 0, std::numeric_limits<int32_t>::max());
   for (const char* k : {"num_draft_tokens", "use_draft_logits", "prompt_vocab_size", "prompt_table_extra_id",
                         "max_queue_delay_microseconds", "sequence_id", "sequence_start", "sequence_end"})
     f.touch(k);
+}
+
+// TensorRT-LLM's beam_width W > 1: vLLM's beam search of width W returning
+// its best beam (the job answers one sequence).
+void trtllm_beam_width(json& params) {
+  auto bw = params.find("beam_width");
+  if (bw == params.end() || !bw->is_number_integer() || bw->get<int64_t>() <= 1) return;
+  params["use_beam_search"] = true;
+  params["best_of"] = *bw;
+  params.erase(bw);
 }
 
 // TensorRT-LLM's top_k 0 and top_p 0 both mean "off", and both off means
@@ -359,6 +368,7 @@ void KServeFrontend::generate(const HttpRequest& req, const std::string& name, c
   if (auto w = params.find("embedding_bias_weights"); w != params.end() && w->is_array() && w->empty())
     params.erase(w);
   trtllm_sampling_zeros(params);
+  trtllm_beam_width(params);
 
   Fields f(params);
   job->stream = f.boolean("stream").value_or(stream_route);

@@ -386,12 +386,10 @@ SettingLayer tensorrt_llm_layer(const PbtxtConfig& c) {
     } else if (p.key == "max_beam_width") {
       if (!is_number(v) || v.size() > 9 || std::stoi(v) < 1)
         throw Error(fmt::format("{}: expected a positive integer, got '{}'", source, v));
-      if (std::stoi(v) > 1)
-        throw Error(fmt::format("{}: {}: halo has no beam search (1 is the only width it serves)", source, v));
+      // Beam search needs no engine built for it: any beam_width up to max_num_seqs is served.
     } else if (p.key == "decoding_mode") {
       const std::string s = lower(v);
-      if (s == "beam_search") throw Error(fmt::format("{}: beam_search: halo has no beam search", source));
-      if (s != "top_k" && s != "top_p" && s != "top_k_top_p" && s != "auto")
+      if (s != "beam_search" && s != "top_k" && s != "top_p" && s != "top_k_top_p" && s != "auto")
         spdlog::info("{}: {}: halo decodes without speculation (the target model alone)", source, v);
     } else if (p.key == "gpu_device_ids") {
       if (!is_number(v) || v.size() > 9)

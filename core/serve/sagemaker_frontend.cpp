@@ -184,8 +184,13 @@ void SageMakerFrontend::invocations(const HttpRequest& req, const std::shared_pt
     else if (k == "details" || k == "return_full_text" || k == "do_sample" || k == "stream") continue;
     else if (k == "decoder_input_details" || k == "top_n_tokens" || k == "num_beams" || k == "typical_p" ||
              k == "watermark" || k == "truncate") {
-      if (k == "num_beams" && !(it.value().is_number_integer() && it.value().get<int64_t>() == 1))
-        throw ApiError(400, "'num_beams' other than 1 is not supported by halo (no beam search)");
+      if (k == "num_beams" && !it.value().is_number_integer())
+        throw ApiError(400, "'num_beams' must be an integer");
+      if (k == "num_beams" && it.value().get<int64_t>() > 1) {
+        // Beam search of that width, answering with its best beam.
+        mapped["use_beam_search"] = true;
+        mapped["best_of"] = it.value();
+      }
       if (k == "decoder_input_details" && it.value() == true)
         throw ApiError(400, "'decoder_input_details' is not supported by halo");
       continue;
@@ -204,7 +209,8 @@ void SageMakerFrontend::invocations(const HttpRequest& req, const std::shared_pt
     throw lmi_named(e, params);
   }
   job->options = sreq.options;
-  job->options.sampling.logprobs = 0;  // the sampled token's log_prob on every line
+  // The sampled token's log_prob on every line (a beam search reports none).
+  if (job->options.beam.width == 0) job->options.sampling.logprobs = 0;
   ctx_.core().check_prompt_bytes(m, job->prompt.size(), "inputs");
   job->prompt_ids = m.tokenizer().encode(job->prompt, true);
   if (job->prompt_ids.empty()) throw ApiError(400, "'inputs' is empty");

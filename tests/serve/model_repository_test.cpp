@@ -125,9 +125,11 @@ TEST_F(Repository, TensorRtLlmParametersMapToSettings) {
     write(f, param(key, value));
     return error_of([&] { tensorrt_llm_layer(read_config_pbtxt(f)); });
   };
-  EXPECT_NE(refused("max_beam_width", "2").find(f.string() + ":4 key 'max_beam_width': 2: halo has no beam search"),
+  EXPECT_EQ(refused("max_beam_width", "4"), "(no error)");  // beam search is served
+  EXPECT_NE(refused("max_beam_width", "0")
+                .find(f.string() + ":4 key 'max_beam_width': expected a positive integer"),
             std::string::npos);
-  EXPECT_NE(refused("decoding_mode", "beam_search").find("no beam search"), std::string::npos);
+  EXPECT_EQ(refused("decoding_mode", "beam_search"), "(no error)");
   EXPECT_NE(refused("gpt_model_type", "static").find("expected inflight_fused_batching"), std::string::npos);
   EXPECT_EQ(refused("gpt_model_type", "V1"), "(no error)");
   EXPECT_NE(refused("gpt_model_path", "${engine_dir}").find(":4 key 'gpt_model_path': the template placeholder "

@@ -116,8 +116,9 @@ describe('TensorRT-LLM quick start against a model served as ensemble', () => {
       top_k: 5, top_p: 0.9, random_seed: 7, repetition_penalty: 1.1, presence_penalty: 0.1, frequency_penalty: 0.1,
       min_length: 1 });
     assert.equal(seeded.json.text_output, ok.json.text_output, 'the ignored inputs change nothing');
+    const beams = await curlJson(`${url}/generate`, { text_input: 'The package', max_tokens: 4, beam_width: 2 });
+    assert.equal(beams.status, 200, beams.body);  // beam search (tests/serve/beam_search.test.mjs)
     const cases = [
-      [{ beam_width: 2 }, /beam_width/],
       [{ return_context_logits: true }, /return_context_logits/],
       [{ return_generation_logits: true }, /return_generation_logits/],
       [{ bad_words: ['package'] }, /bad_words.*cannot ban words/],
@@ -368,8 +369,11 @@ describe('a TensorRT-LLM model repository', () => {
 
     const beams = writeTrtllmRepository(path.join(tmp.dir, 'beams'), { trtParams: { ...TRT_PARAMS, max_beam_width: '4' } });
     r = await halo(['serve', '--model-repository', beams, '--check-config']);
+    assert.equal(r.code, 0, r.stdout + r.stderr);  // beam search is served
+    const badBeams = writeTrtllmRepository(path.join(tmp.dir, 'badbeams'), { trtParams: { ...TRT_PARAMS, max_beam_width: '0' } });
+    r = await halo(['serve', '--model-repository', badBeams, '--check-config']);
     assert.equal(r.code, 1, r.stdout);
-    assert.match(r.stdout + r.stderr, /beams\/tensorrt_llm\/config\.pbtxt:\d+ key 'max_beam_width': 4: halo has no beam search/);
+    assert.match(r.stdout + r.stderr, /badbeams\/tensorrt_llm\/config\.pbtxt:\d+ key 'max_beam_width': expected a positive integer, got '0'/);
 
     const noCheckpoint = writeTrtllmRepository(path.join(tmp.dir, 'nockpt'), { checkpoint: tmp.dir });
     r = await halo(['serve', '--model-repository', noCheckpoint, '--check-config']);

@@ -40,6 +40,10 @@ struct GenerateOptions {
   std::vector<std::string> stop;
   std::string stop_token_ids;
   std::optional<int> logprobs;
+  int beam_width = 0;
+  float length_penalty = 1.0f;
+  std::string early_stopping = "false";
+  bool n_given = false;
   std::string output = "text";
   engine::EngineConfig engine;
   ModelSource source;
@@ -132,6 +136,13 @@ engine::RequestOptions request_options(const GenerateOptions& o, const model::Ge
   r.stop = o.stop;
   r.skip_special_tokens = o.skip_special_tokens;
   r.n = o.n;
+  if (o.beam_width > 0) {
+    r.beam.width = o.beam_width;
+    r.beam.length_penalty = o.length_penalty;
+    r.beam.early_stopping = *engine::parse_early_stopping(o.early_stopping);
+    if (!o.temperature) sp.temperature = 0.0f;  // beam search is deterministic
+    if (!o.n_given) r.n = o.beam_width;         // every beam's result, best first
+  }
   return r;
 }
 
@@ -156,6 +167,8 @@ void print_result(size_t i, const Prompt& prompt, const engine::RequestResult& r
       j["text"] = c.text;
       j["finish_reason"] = engine::finish_reason_name(c.finish_reason);
       if (!c.stop_reason.empty()) j["stop_reason"] = c.stop_reason;
+      if (c.cumulative_logprob) j["cumulative_logprob"] = *c.cumulative_logprob;
+      if (c.beam_score) j["beam_score"] = *c.beam_score;
       if (o.logprobs) j["logprobs"] = logprobs_json(c.logprobs, tok);
       return j;
     };
@@ -166,16 +179,18 @@ void print_result(size_t i, const Prompt& prompt, const engine::RequestResult& r
     const nlohmann::ordered_json first = choice_json(0);
     for (const auto& [k, v] : first.items())
       if (k != "index") j[k] = v;
-    if (o.n > 1) {
+    if (r.choices.size() > 1 || o.beam_width > 0) {
       j["outputs"] = nlohmann::ordered_json::array();
       for (size_t k = 0; k < r.choices.size(); ++k) j["outputs"].push_back(choice_json(k));
     }
     std::fputs((j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
     return;
   }
+  const bool several = r.choices.size() > 1;
   for (size_t k = 0; k < r.choices.size(); ++k) {
-    if (num_prompts > 1 || o.n > 1)
-      std::fputs((o.n > 1 ? fmt::format("--- prompt {} choice {} ---\n", i, k) : fmt::format("--- prompt {} ---\n", i))
+    if (num_prompts > 1 || several)
+      std::fputs((several ? fmt::format("--- prompt {} choice {} ---\n", i, k)
+                          : fmt::format("--- prompt {} ---\n", i))
                      .c_str(),
                  stdout);
     std::fputs((r.choices[k].text + "\n").c_str(), stdout);
@@ -281,13 +296,29 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--logprobs", o->logprobs,
                   "Log probability of each generated token plus the N most likely (json output: \"logprobs\")")
       ->check(CLI::Range(0, 20));
+  cmd->add_option(
+         "--beam-width", o->beam_width,
+         "Beam search of this width instead of sampling (returns --n results, default all of "
+         "them, best first; --temperature defaults to 0)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--length-penalty", o->length_penalty,
+                  "Beam search: a hypothesis scores cumulative logprob / length^P")
+      ->capture_default_str();
+  cmd->add_option(
+         "--early-stopping", o->early_stopping,
+         "Beam search: true (stop at width hypotheses), false or never (Hugging Face's rules)")
+      ->check(CLI::IsMember({"true", "false", "never"}))
+      ->capture_default_str();
   cmd->add_option("--output", o->output, "text or json (one JSON object per prompt per line)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   add_engine_options(*cmd, o->engine);
   add_model_source_options(*cmd, o->source);
   add_vllm_compat_options(*cmd);
-  cmd->callback([o] { run_generate(*o); });
+  cmd->callback([o, cmd] {
+    o->n_given = cmd->get_option("--n")->count() > 0;
+    run_generate(*o);
+  });
 }
 
 }  // namespace halo::tools
