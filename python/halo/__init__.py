@@ -19,8 +19,9 @@ if _os.path.isdir(_model):
 from .async_engine import AsyncLLMEngine  # noqa: E402
 from .engine_args import AsyncEngineArgs, EngineArgs  # noqa: E402
 from .llm import LLM  # noqa: E402
-from .outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput  # noqa: E402
-from .sampling_params import SamplingParams  # noqa: E402
+from .outputs import (BeamSearchOutput, BeamSearchSequence, CompletionOutput, Logprob,  # noqa: E402
+                      RequestMetrics, RequestOutput)
+from .sampling_params import BeamSearchParams, SamplingParams  # noqa: E402
 from .tokenizer import Tokenizer  # noqa: E402
 
 __version__ = _C.__version__
@@ -28,6 +29,9 @@ __version__ = _C.__version__
 __all__ = [
     "LLM",
     "SamplingParams",
+    "BeamSearchParams",
+    "BeamSearchOutput",
+    "BeamSearchSequence",
     "RequestOutput",
     "CompletionOutput",
     "Logprob",

@@ -5,9 +5,10 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from . import _C
 from .engine_args import EngineArgs, settings_from
 from .inputs import parse_prompt, prompt_list
-from .outputs import RequestOutput, request_output_from_result
+from .outputs import (BeamSearchOutput, BeamSearchSequence, RequestOutput,
+                      request_output_from_result)
 from .progress import progress_for
-from .sampling_params import SamplingParams, params_json
+from .sampling_params import BeamSearchParams, SamplingParams, params_json
 from .tokenizer import Tokenizer, render_chat
 
 class LLM:
@@ -107,6 +108,20 @@ class LLM:
             requests.append((str(next(self._counter)), list(self._engine.chat_prompt_ids(rendered)),
                              params_json(sp)))
         return self._run(requests, texts, use_tqdm)
+
+    def beam_search(self, prompts: Any, params: BeamSearchParams) -> List[BeamSearchOutput]:
+        """vLLM's LLM.beam_search: the beam_width best hypotheses of each prompt, best first
+        (the engine's beam search: beams share their KV blocks)."""
+        outputs = self.generate(prompts, params.sampling_params(), use_tqdm=False)
+        result = []
+        for out in outputs:
+            prompt_text = out.prompt or ""
+            result.append(BeamSearchOutput([
+                BeamSearchSequence(tokens=list(out.prompt_token_ids) + list(c.token_ids),
+                                   cum_logprob=c.cumulative_logprob, text=prompt_text + c.text,
+                                   finish_reason=c.finish_reason, stop_reason=c.stop_reason)
+                for c in out.outputs]))
+        return result
 
     # --- internals -----------------------------------------------------------------------------
     @staticmethod

@@ -143,7 +143,9 @@ def completion_from_choice(choice: Dict[str, Any]) -> CompletionOutput:
         index=int(choice.get("index", 0)),
         text=choice.get("text", ""),
         token_ids=list(choice.get("token_ids", [])),
-        cumulative_logprob=cumulative_logprob(lps),
+        # A beam search result carries its own; sampling: the sum of the logprobs asked for.
+        cumulative_logprob=(choice["cumulative_logprob"] if choice.get("cumulative_logprob") is not None
+                            else cumulative_logprob(lps)),
         logprobs=sample_logprobs(lps),
         finish_reason=choice.get("finish_reason"),
         stop_reason=choice.get("stop_reason"),
@@ -169,3 +171,30 @@ def request_output_from_result(result: Dict[str, Any], prompt: Optional[str]) ->
         metrics=metrics,
         num_cached_tokens=result.get("num_cached_tokens"),
     )
+
+
+class BeamSearchSequence:
+    """One hypothesis of LLM.beam_search (vLLM's): tokens and text include the prompt."""
+
+    def __init__(self, tokens: List[int], cum_logprob: float, text: str,
+                 finish_reason: Optional[str], stop_reason: Any = None) -> None:
+        self.tokens = tokens
+        self.logprobs: List[Dict[int, Logprob]] = []
+        self.cum_logprob = cum_logprob
+        self.text = text
+        self.finish_reason = finish_reason
+        self.stop_reason = stop_reason
+
+    def __repr__(self) -> str:
+        return (f"BeamSearchSequence(text={self.text!r}, cum_logprob={self.cum_logprob}, "
+                f"finish_reason={self.finish_reason!r})")
+
+
+class BeamSearchOutput:
+    """The hypotheses of one prompt, best first."""
+
+    def __init__(self, sequences: List[BeamSearchSequence]) -> None:
+        self.sequences = sequences
+
+    def __repr__(self) -> str:
+        return f"BeamSearchOutput(sequences={self.sequences!r})"

@@ -29,6 +29,10 @@ _FIELDS = (
     ("skip_special_tokens", True),
     ("spaces_between_special_tokens", True),
     ("include_stop_str_in_output", False),
+    # Beam search (vLLM <= 0.6's fields): width max(n, best_of).
+    ("use_beam_search", False),
+    ("length_penalty", 1.0),
+    ("early_stopping", False),
 )
 _DEFAULTS = dict(_FIELDS)
 
@@ -63,6 +67,9 @@ class SamplingParams:
         skip_special_tokens: bool = True,
         spaces_between_special_tokens: bool = True,
         include_stop_str_in_output: bool = False,
+        use_beam_search: bool = False,
+        length_penalty: float = 1.0,
+        early_stopping: Union[bool, str] = False,
     ) -> None:
         self.n = n
         self.best_of = best_of
@@ -85,6 +92,9 @@ class SamplingParams:
         self.skip_special_tokens = skip_special_tokens
         self.spaces_between_special_tokens = spaces_between_special_tokens
         self.include_stop_str_in_output = include_stop_str_in_output
+        self.use_beam_search = use_beam_search
+        self.length_penalty = length_penalty
+        self.early_stopping = early_stopping
 
     @classmethod
     def from_optional(cls, **kwargs: Any) -> "SamplingParams":
@@ -98,10 +108,12 @@ class SamplingParams:
         """The fields as the engine's params JSON object (vLLM's /generate fields); None
         values are left out so the model's generation_config and vLLM's defaults apply."""
         out: Dict[str, Any] = {}
-        for name, _ in _FIELDS:
+        for name, default in _FIELDS:
             value = getattr(self, name)
             if value is None:
                 continue
+            if name in ("use_beam_search", "length_penalty", "early_stopping") and value == default:
+                continue  # sent only when asked for: the engine refuses them without beam search
             if isinstance(value, (list, tuple)):
                 value = list(value)
             out[name] = value
@@ -131,3 +143,29 @@ def params_json(sampling_params: Optional[SamplingParams]) -> str:
     if not isinstance(sampling_params, SamplingParams):
         raise TypeError(f"sampling_params must be a SamplingParams, not {type(sampling_params).__name__}")
     return sampling_params.to_json()
+
+
+class BeamSearchParams:
+    """vLLM's (>= 0.6.3) parameters of LLM.beam_search."""
+
+    def __init__(self, beam_width: int, max_tokens: int, ignore_eos: bool = False,
+                 temperature: float = 0.0, length_penalty: float = 1.0,
+                 include_stop_str_in_output: bool = False) -> None:
+        self.beam_width = beam_width
+        self.max_tokens = max_tokens
+        self.ignore_eos = ignore_eos
+        self.temperature = temperature
+        self.length_penalty = length_penalty
+        self.include_stop_str_in_output = include_stop_str_in_output
+
+    def sampling_params(self) -> SamplingParams:
+        """The same search as SamplingParams (use_beam_search, n = width)."""
+        return SamplingParams(n=self.beam_width, use_beam_search=True, max_tokens=self.max_tokens,
+                              ignore_eos=self.ignore_eos, temperature=self.temperature,
+                              length_penalty=self.length_penalty,
+                              include_stop_str_in_output=self.include_stop_str_in_output)
+
+    def __repr__(self) -> str:
+        return (f"BeamSearchParams(beam_width={self.beam_width}, max_tokens={self.max_tokens}, "
+                f"ignore_eos={self.ignore_eos}, temperature={self.temperature}, "
+                f"length_penalty={self.length_penalty})")

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -103,6 +104,7 @@ struct ChoiceAcc {
   std::vector<engine::TokenLogprob> logprobs;
   engine::FinishReason finish = engine::FinishReason::kNone;
   std::string stop_reason, error;
+  std::optional<double> cumulative_logprob;  // beam search results only
   bool finished = false;
 
   void add(const engine::StreamEvent& ev) {
@@ -111,6 +113,7 @@ struct ChoiceAcc {
     logprobs.insert(logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
     if (ev.finished) finished = true, finish = ev.finish_reason, stop_reason = ev.stop_reason;
     if (!ev.error.empty()) error = ev.error;
+    if (ev.cumulative_logprob) cumulative_logprob = ev.cumulative_logprob;
   }
   py::dict to_dict(size_t index, const text::Tokenizer& tok,
                    const engine::RequestOptions& o) const {
@@ -123,6 +126,7 @@ struct ChoiceAcc {
     d["stop_reason"] = stop_reason_object(stop_reason, o);
     d["finished"] = finished;
     d["error"] = error;
+    if (cumulative_logprob) d["cumulative_logprob"] = *cumulative_logprob;
     return d;
   }
 };
