@@ -1,6 +1,7 @@
 #include "model/quantize.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -13,7 +14,19 @@
 
 namespace halo::model {
 
-std::string_view quantization_methods() { return "none, int8, int4"; }
+const std::vector<std::string>& quantization_method_names() {
+  static const std::vector<std::string> names{"none", "int8", "int4"};
+  return names;
+}
+
+std::string quantization_methods() {
+  return fmt::format("{}", fmt::join(quantization_method_names(), ", "));
+}
+
+bool is_quantization_method(std::string_view method) {
+  const auto& n = quantization_method_names();
+  return std::find(n.begin(), n.end(), method) != n.end();
+}
 
 namespace {
 
@@ -93,7 +106,7 @@ int64_t group_for(const QuantizationOptions& o, int64_t cols, const std::string&
 void quantize_weights(WeightStore& store, halo_model_spec& spec,
                       const QuantizationOptions& options) {
   if (options.method == "none" || options.method.empty()) return;
-  if (options.method != "int8" && options.method != "int4")
+  if (!is_quantization_method(options.method))
     throw Error(fmt::format("--quantization {}: unknown method; choose one of {}", options.method,
                             quantization_methods()));
   if (!store.quantized().empty())

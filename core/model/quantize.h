@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "model/model_loader.h"
 
@@ -29,7 +30,10 @@ void quantize_model(LoadedModel& model, const QuantizationOptions& options);
 void quantize_weights(WeightStore& store, halo_model_spec& spec,
                       const QuantizationOptions& options);
 
-// The methods, for help texts and messages.
-std::string_view quantization_methods();
+// The methods (none, int8, int4): the one list every option parser checks
+// against, and the same joined for help texts and messages.
+const std::vector<std::string>& quantization_method_names();
+std::string quantization_methods();
+bool is_quantization_method(std::string_view method);
 
 }  // namespace halo::model

@@ -404,8 +404,9 @@ void KServeFrontend::generate(const HttpRequest& req, const std::string& name, c
   ctx_.core().check_prompt_bytes(m, job->prompt.size(), "text_input");
   job->prompt_ids = m.tokenizer().encode(job->prompt, true);
   if (job->prompt_ids.empty()) throw ApiError(400, "'text_input' is empty");
-  job->options.sampling.max_tokens = resolve_max_tokens(sreq, Endpoint::kGenerate, static_cast<int>(job->prompt_ids.size()),
-                                                        m.max_model_len, m.defaults.generation);
+  settle_max_tokens(sreq, Endpoint::kGenerate, static_cast<int>(job->prompt_ids.size()),
+                    m.max_model_len, m.defaults.generation);
+  job->options.sampling.max_tokens = sreq.options.sampling.max_tokens;
   job->id = request_id();
   f.log_unknown(req.path);
   start_single(ctx_, job, res);

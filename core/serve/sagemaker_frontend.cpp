@@ -214,8 +214,9 @@ void SageMakerFrontend::invocations(const HttpRequest& req, const std::shared_pt
   ctx_.core().check_prompt_bytes(m, job->prompt.size(), "inputs");
   job->prompt_ids = m.tokenizer().encode(job->prompt, true);
   if (job->prompt_ids.empty()) throw ApiError(400, "'inputs' is empty");
-  job->options.sampling.max_tokens = resolve_max_tokens(sreq, Endpoint::kGenerate, static_cast<int>(job->prompt_ids.size()),
-                                                        m.max_model_len, m.defaults.generation);
+  settle_max_tokens(sreq, Endpoint::kGenerate, static_cast<int>(job->prompt_ids.size()),
+                    m.max_model_len, m.defaults.generation);
+  job->options.sampling.max_tokens = sreq.options.sampling.max_tokens;
   job->id = request_id();
   f.log_unknown("/invocations");
   start_single(ctx_, job, res);

@@ -1,5 +1,8 @@
 #include "serve/serving_config.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -8,10 +11,8 @@
 #include <limits>
 #include <set>
 
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
 #include "common/error.h"
+#include "model/quantize.h"
 #include "serve/engine_args.h"
 
 extern char** environ;
@@ -195,11 +196,10 @@ void apply_setting(ModelSettings& m, const Setting& s) {
     e.kv_cache_dtype = v;
   } else if (key == "quantization") {
     const std::string q = lower(v);
-    if (q != "none" && q != "int8" && q != "int4")
-      bad(s,
-          "expected none, int8 or int4 (quantization at load; pre-quantized GGUF, GPTQ and "
-          "compressed-tensors "
-          "checkpoints are recognized from their files)");
+    if (!model::is_quantization_method(q))
+      bad(s, fmt::format("expected one of {} (quantization at load; pre-quantized GGUF, GPTQ and "
+                         "compressed-tensors checkpoints are recognized from their files)",
+                         model::quantization_methods()));
     e.quantization = q;
   } else if (key == "quantization-group-size") {
     e.quantization_group_size = static_cast<int>(to_int(s, 0, 1 << 20));

@@ -124,6 +124,7 @@ describe('TensorRT-LLM quick start against a model served as ensemble', () => {
       [{ bad_words: ['package'] }, /bad_words.*cannot ban words/],
       [{ embedding_bias_words: ['x'], embedding_bias_weights: [1.0] }, /embedding_bias_words/],
       [{ length_penalty: 0.5 }, /length_penalty/],
+      [{ min_length: 9 }, /'min_tokens' \(9\) must not exceed 'max_tokens' \(4\)/],
       [{ stream: true }, /generate_stream/],
     ];
     for (const [extra, re] of cases) {

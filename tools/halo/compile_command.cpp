@@ -3,20 +3,21 @@
 // plugin writes the manifest, the pre-sharded weights and the programs; this
 // command adds config.json, generation_config.json and the tokenizer files, so
 // the output directory runs with `halo generate OUT_DIR --device rbln`.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
-
 #include "commands.h"
-#include "model_source.h"
 #include "common/error.h"
 #include "device/plugin.h"
+#include "model/quantize.h"
+#include "model_source.h"
 
 namespace halo::tools {
 namespace fs = std::filesystem;
@@ -159,7 +160,7 @@ void add_compile_command(CLI::App& app) {
                   "Quantize the weights before compiling: none, int8 (per output channel) or int4 "
                   "(the device must "
                   "accept the type)")
-      ->check(CLI::IsMember({"none", "int8", "int4"}))
+      ->check(CLI::IsMember(model::quantization_method_names()))
       ->capture_default_str();
   cmd->add_option("--quantization-group-size", o->quantization_group_size,
                   "Inputs sharing one scale for int4 (0: 32)");
