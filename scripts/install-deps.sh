@@ -22,7 +22,9 @@ build_pkgs=(
 test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm
   # The Python package (python/, pybind11) and its pytest suite; pip/venv/setuptools
   # for `pip install --no-build-isolation .`.
-  python3-dev pybind11-dev python3-pytest python3-setuptools python3-pip python3-venv)
+  python3-dev pybind11-dev python3-pytest python3-setuptools python3-pip python3-venv
+  # Guided decoding tests validate outputs against their JSON schemas.
+  python3-jsonschema)
 # clang-16 + libFuzzer: the fuzz targets (scripts/fuzz.sh, scripts/ci-sanitizers.sh fuzz).
 fuzz_pkgs=(clang-16 libclang-rt-16-dev)
 

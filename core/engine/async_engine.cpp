@@ -120,6 +120,10 @@ std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& reque
   req->id = request_id;
   req->prompt = prompt_ids;
   req->opts = options;
+  if (!options.guided_regex.empty()) {
+    if (options.beam.width > 0) throw Error("guided decoding is not supported with beam search");
+    req->opts.sampling.guide = guide_for(options);
+  }
   req->arrival = Clock::now();
   req->buffer_all = best_of > options.n;
   req->stream = std::make_shared<RequestStream>(request_id, std::move(prompt_ids), options.n);
@@ -137,6 +141,31 @@ std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& reque
   }
   cv_.notify_all();
   return req->stream;
+}
+
+std::shared_ptr<const text::guided::Guide> AsyncEngine::guide_for(const RequestOptions& o) {
+  constexpr size_t kCached = 64;
+  std::lock_guard lk(guide_mu_);
+  for (auto it = guides_.begin(); it != guides_.end(); ++it) {
+    if (it->first != o.guided_regex) continue;
+    auto hit = *it;
+    guides_.erase(it);
+    guides_.push_back(hit);
+    return hit.second;
+  }
+  const std::string what = o.guided_what.empty() ? "guided_regex" : o.guided_what;
+  std::shared_ptr<const text::guided::ByteDfa> dfa;
+  try {
+    dfa = std::make_shared<const text::guided::ByteDfa>(
+        text::guided::ByteDfa::compile(o.guided_regex));
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", what, e.what()));
+  }
+  if (!guide_vocab_) guide_vocab_ = std::make_shared<const text::guided::TokenVocab>(tokenizer_);
+  auto g = std::make_shared<const text::guided::Guide>(std::move(dfa), guide_vocab_, what);
+  if (guides_.size() >= kCached) guides_.erase(guides_.begin());
+  guides_.push_back({o.guided_regex, g});
+  return g;
 }
 
 void AsyncEngine::check_beam_options(const RequestOptions& o) const {

@@ -18,6 +18,7 @@
 
 #include "engine/llm_engine.h"
 #include "engine/metrics.h"
+#include "text/guided/token_mask.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace halo::engine {
@@ -32,6 +33,11 @@ struct RequestOptions {
   int n = 1;        // choices returned
   int best_of = 0;  // sequences generated (0: n); the n with the best cumulative logprob win
   int priority = 0;  // lower runs first
+  // Guided decoding: non-empty, the output must match this regular expression
+  // (text/guided/regex_dfa.h; JSON schemas and choices arrive compiled to one);
+  // `guided_what` names the constraint in messages ("guided_json", ...).
+  std::string guided_regex;
+  std::string guided_what;
   // width > 0: beam search of that width instead of sampling (n <= width
   // results, best first; see beam_search.h). No stop strings or logprobs.
   BeamParams beam;
@@ -146,6 +152,8 @@ class AsyncEngine {
   void process(const RequestOutput& out);
   void process_beams(Request& req, const RequestOutput& out);
   void check_beam_options(const RequestOptions& options) const;
+  // The compiled constraint of options.guided_regex (cached by pattern).
+  std::shared_ptr<const text::guided::Guide> guide_for(const RequestOptions& options);
   void finish_choice(Request& req, Choice& choice, StreamEvent ev);
   void fail_all(const std::string& message);
   void log_stats_if_due();
@@ -153,6 +161,11 @@ class AsyncEngine {
 
   std::unique_ptr<LLMEngine> engine_;
   text::Tokenizer tokenizer_;
+  // Guided decoding: the vocabulary's byte trie (built at the first guided
+  // request) and the compiled constraints, most recently used last.
+  std::mutex guide_mu_;
+  std::shared_ptr<const text::guided::TokenVocab> guide_vocab_;
+  std::vector<std::pair<std::string, std::shared_ptr<const text::guided::Guide>>> guides_;
   std::mutex mu_;  // guards commands_ and stop_
   std::condition_variable cv_;
   std::deque<Command> commands_;

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "text/guided/token_mask.h"
 
 namespace halo::engine {
 
@@ -212,6 +213,7 @@ std::shared_ptr<Sequence> LLMEngine::make_sequence(const std::string& request_id
   seq->prompt_ids = prompt_ids;
   seq->rng.seed(params.seed ? *params.seed : config_.seed * 0x9E3779B97F4A7C15ull + seq->arrival);
   seq->params = std::move(params);
+  if (seq->params.guide) seq->guide_state = seq->params.guide->start();
   live_[request_id] = seq;
   return seq;
 }
@@ -302,11 +304,35 @@ void LLMEngine::read_step(const SchedulerOutput& sched, size_t i, StepResult& re
     for (int32_t e : seq.params.stop_token_ids)
       if (e >= 0 && e < vocab) logits[e] = ninf;
   }
+  if (seq.params.guide) apply_guide(seq, logits);
   // The sampler advances the sequence's own generator (its only write here).
   SampleResult r = sampler_.sample(logits, seq.params, seq.prompt_ids, seq.output_ids, seq.rng);
   result.sampled = true;
   result.token = std::move(r.sampled);
   stats_.generation_tokens++;
+}
+
+// Guided decoding: every token that would break the constraint is impossible;
+// end-of-sequence only where the output is complete (then it is the only choice
+// when nothing may follow).
+void LLMEngine::apply_guide(const Sequence& seq, std::span<float> logits) const {
+  const auto& g = *seq.params.guide;
+  const std::vector<uint64_t>& allowed = g.allowed(seq.guide_state);
+  const bool complete = g.accepting(seq.guide_state);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const int vocab = static_cast<int>(logits.size());
+  std::vector<std::pair<int32_t, float>> eos;  // EOS is a special token: masked below
+  for (int32_t e : eos_ids_)
+    if (e >= 0 && e < vocab) eos.push_back({e, logits[static_cast<size_t>(e)]});
+  bool any = false;
+  for (int t = 0; t < vocab; ++t) {
+    const bool ok = t < g.vocab_size() && ((allowed[static_cast<size_t>(t) / 64] >> (t % 64)) & 1);
+    if (!ok) logits[static_cast<size_t>(t)] = ninf;
+    any = any || ok;
+  }
+  if (complete)
+    for (const auto& [e, v] : eos) logits[static_cast<size_t>(e)] = v, any = true;
+  if (!any && !eos.empty()) logits[static_cast<size_t>(eos[0].first)] = 0.0f;  // a dead end: end it
 }
 
 EngineStats LLMEngine::stats() const {

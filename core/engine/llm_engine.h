@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -95,6 +96,7 @@ class LLMEngine {
  private:
   void read_step(const SchedulerOutput& sched, size_t i, StepResult& result);
   RequestOutput beam_output(BeamGroup& g);
+  void apply_guide(const Sequence& seq, std::span<float> logits) const;
   void check_new_ids(const std::vector<std::string>& request_ids) const;
   std::shared_ptr<Sequence> make_sequence(const std::string& request_id,
                                           const std::vector<int32_t>& prompt_ids,

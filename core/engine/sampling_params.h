@@ -1,9 +1,14 @@
 #pragma once
 // Per-request sampling and stopping parameters, named as vLLM names them.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace halo::text::guided {
+class Guide;
+}
 
 namespace halo::engine {
 
@@ -22,6 +27,9 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   int logprobs = -1;         // -1: none; 0: the sampled token's; k: plus the k most likely
   int prompt_logprobs = -1;  // same, for every prompt token after the first
+  // Guided decoding: only tokens that keep the output matching this
+  // constraint are sampled, and end-of-sequence only where it is complete.
+  std::shared_ptr<const text::guided::Guide> guide;
 
   // Throws halo::Error naming the field and value when out of range.
   void validate() const;

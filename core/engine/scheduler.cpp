@@ -4,6 +4,8 @@
 #include <chrono>
 #include <optional>
 
+#include "text/guided/token_mask.h"
+
 namespace halo::engine {
 
 namespace {
@@ -200,6 +202,8 @@ KvBlockManager::BlockCopies Scheduler::update_from_step(const SchedulerOutput& s
       continue;
     }
     seq.output_ids.push_back(r.token.token);
+    if (seq.params.guide)
+      seq.guide_state = seq.params.guide->advance(seq.guide_state, r.token.token);
     seq.output_logprobs.push_back(std::move(r.token));
     check_stop(seq);
   }

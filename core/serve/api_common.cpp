@@ -1,13 +1,14 @@
 #include "serve/api_common.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <span>
 
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
+#include "serve/guided_request.h"
 #include "text/jinja/chat_template.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -367,17 +368,11 @@ void reject_unsupported(Fields& f) {
   reject_nonempty(f, "allowed_token_ids", "the sampler cannot restrict the vocabulary");
   reject_nonempty(f, "bad_words", "the sampler cannot ban words");
   reject_nonempty(f, "logits_processors", "custom logits processors are not available");
-  for (const char* guided : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                             "structured_outputs", "guided_whitespace_pattern"}) {
-    reject_nonempty(f, guided, "structured (guided) decoding is not implemented");
-  }
-  if (const json* rf = f.get("response_format")) {
-    if (!rf->is_object() || rf->value("type", std::string()) != "text")
-      throw ApiError(400,
-                     "'response_format' other than {\"type\": \"text\"} is not supported by halo "
-                     "(no guided decoding)",
-                     "response_format", error_code::kUnsupportedValue);
-  }
+  for (const char* guided : {"guided_grammar", "structured_outputs", "guided_whitespace_pattern"})
+    reject_nonempty(
+        f, guided,
+        "grammars (EBNF/GBNF) are not implemented; guided_regex, guided_choice, guided_json "
+        "and response_format are");
 }
 
 // vLLM's beam search fields: use_beam_search, with max(n, best_of) as the
@@ -497,6 +492,7 @@ SamplingRequest parse_sampling(Fields& f, Endpoint endpoint, const SamplingDefau
     r.continuous_usage_stats = sf.boolean("continuous_usage_stats").value_or(false);
   }
   parse_beam(f, r);
+  parse_guided(f, o);
   if (r.stream && o.best_of > o.n)
     throw ApiError(400, "'best_of' greater than 'n' cannot be streamed: the best are known only at the end", "best_of");
 

@@ -21,7 +21,7 @@ from .engine_args import AsyncEngineArgs, EngineArgs  # noqa: E402
 from .llm import LLM  # noqa: E402
 from .outputs import (BeamSearchOutput, BeamSearchSequence, CompletionOutput, Logprob,  # noqa: E402
                       RequestMetrics, RequestOutput)
-from .sampling_params import BeamSearchParams, SamplingParams  # noqa: E402
+from .sampling_params import BeamSearchParams, GuidedDecodingParams, SamplingParams  # noqa: E402
 from .tokenizer import Tokenizer  # noqa: E402
 
 __version__ = _C.__version__
@@ -30,6 +30,7 @@ __all__ = [
     "LLM",
     "SamplingParams",
     "BeamSearchParams",
+    "GuidedDecodingParams",
     "BeamSearchOutput",
     "BeamSearchSequence",
     "RequestOutput",

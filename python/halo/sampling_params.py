@@ -7,6 +7,43 @@ import copy
 import json
 from typing import Any, Dict, List, Optional, Union
 
+class GuidedDecodingParams:
+    """vLLM's guided decoding parameters: one of json (a schema, dict or JSON text),
+    regex, choice (a list of strings), json_object; grammar is refused by the engine."""
+
+    def __init__(self, json: Any = None, regex: Optional[str] = None,
+                 choice: Optional[List[str]] = None, grammar: Optional[str] = None,
+                 json_object: Optional[bool] = None, backend: Optional[str] = None,
+                 whitespace_pattern: Optional[str] = None) -> None:
+        self.json = json
+        self.regex = regex
+        self.choice = list(choice) if choice is not None else None
+        self.grammar = grammar
+        self.json_object = json_object
+        self.backend = backend
+        self.whitespace_pattern = whitespace_pattern
+
+    def to_fields(self) -> Dict[str, Any]:
+        """The request fields of vLLM's API that say the same."""
+        out: Dict[str, Any] = {}
+        if self.json is not None:
+            out["guided_json"] = self.json
+        if self.regex is not None:
+            out["guided_regex"] = self.regex
+        if self.choice is not None:
+            out["guided_choice"] = self.choice
+        if self.grammar is not None:
+            out["guided_grammar"] = self.grammar
+        if self.json_object:
+            out["response_format"] = {"type": "json_object"}
+        if self.whitespace_pattern is not None:
+            out["guided_whitespace_pattern"] = self.whitespace_pattern
+        return out
+
+    def __repr__(self) -> str:
+        return f"GuidedDecodingParams({self.to_fields()!r})"
+
+
 # (name, default) in vLLM's order.
 _FIELDS = (
     ("n", 1),
@@ -33,6 +70,8 @@ _FIELDS = (
     ("use_beam_search", False),
     ("length_penalty", 1.0),
     ("early_stopping", False),
+    # Guided decoding (vLLM >= 0.6): a GuidedDecodingParams.
+    ("guided_decoding", None),
 )
 _DEFAULTS = dict(_FIELDS)
 
@@ -70,6 +109,7 @@ class SamplingParams:
         use_beam_search: bool = False,
         length_penalty: float = 1.0,
         early_stopping: Union[bool, str] = False,
+        guided_decoding: Optional[GuidedDecodingParams] = None,
     ) -> None:
         self.n = n
         self.best_of = best_of
@@ -95,6 +135,7 @@ class SamplingParams:
         self.use_beam_search = use_beam_search
         self.length_penalty = length_penalty
         self.early_stopping = early_stopping
+        self.guided_decoding = guided_decoding
 
     @classmethod
     def from_optional(cls, **kwargs: Any) -> "SamplingParams":
@@ -114,6 +155,9 @@ class SamplingParams:
                 continue
             if name in ("use_beam_search", "length_penalty", "early_stopping") and value == default:
                 continue  # sent only when asked for: the engine refuses them without beam search
+            if name == "guided_decoding":
+                out.update(value.to_fields())
+                continue
             if isinstance(value, (list, tuple)):
                 value = list(value)
             out[name] = value

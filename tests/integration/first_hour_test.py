@@ -101,7 +101,7 @@ class VllmFlags(unittest.TestCase):
         self.assertIn(f"tokenizer = {model_dir()}", p.stdout)
 
     def test_flags_halo_cannot_honour_are_refused_with_the_reason(self):
-        for args, frag in [(["--quantization", "awq"], "quantization=awq: expected none, int8 or int4"),
+        for args, frag in [(["--quantization", "awq"], "quantization=awq: expected one of none, int8, int4"),
                            (["--pipeline-parallel-size", "2"], "pipeline_parallel_size=2"),
                            (["--enable-lora"], "LoRA"),
                            (["--ssl-keyfile", "k.pem"], "TLS"),

@@ -250,3 +250,28 @@ TEST(Tokenizer, CopiesShareData) {
   const Tokenizer b = a;
   EXPECT_EQ(a.encode("hello there"), b.encode("hello there"));
 }
+
+// Guided decoding matches token masks against token_bytes: the bytes of a
+// text's tokens, concatenated, must be the text itself (for SentencePiece-style
+// tokenizers, after the space they put in front), including characters that
+// byte-fallback or byte-level tokens split across tokens.
+TEST(Tokenizer, TokenBytesConcatenateToTheText) {
+  const std::vector<std::string> texts = {
+      "Hello, world! 12345", "  two  spaces\nand a newline\ttab", "naïve café — 東京タワー 🚀🎉",
+      "{\"key\": [1, 2.5e-3, true, null]}", "ǅ ß ﬁ Ω ʻokina"};
+  for (const char* name : {"llama2", "llama3", "mistral", "qwen3", "pkgchat-5m"}) {
+    const Tokenizer& t = tok(name);
+    for (const auto& text : texts) {
+      std::string bytes;
+      for (int32_t id : t.encode(text, false)) bytes += t.token_bytes(id);
+      EXPECT_TRUE(bytes == text || bytes == " " + text)
+          << name << ": '" << bytes << "' for '" << text << "'";
+    }
+  }
+  // A special token's bytes are its content.
+  const Tokenizer& q = tok("qwen3");
+  EXPECT_EQ(q.token_bytes(*q.token_to_id("<|im_end|>")), "<|im_end|>");
+  // A byte-fallback token is one raw byte, not U+FFFD.
+  const Tokenizer& l = tok("llama2");
+  EXPECT_EQ(l.token_bytes(*l.token_to_id("<0xE6>")), "\xE6");
+}

@@ -663,6 +663,7 @@ struct DecodeCtx {
   bool at_start;
   bool stable_only;
   bool fused = false;  // tokens[0] holds all text decoded so far
+  bool raw = false;    // keep bytes that are not valid UTF-8 (Tokenizer::token_bytes)
 };
 
 struct Decoder {
@@ -702,7 +703,7 @@ struct ByteFallbackDec final : Decoder {
     auto flush = [&] {
       if (count == 0) return;
       // tokenizers: a valid group becomes its text, an invalid one one U+FFFD per byte.
-      if (unicode::first_invalid_utf8(bytes) == std::string::npos) {
+      if (ctx.raw || unicode::first_invalid_utf8(bytes) == std::string::npos) {
         out.push_back(bytes);
       } else {
         for (std::size_t i = 0; i < count; ++i) out.emplace_back("\xEF\xBF\xBD");
@@ -793,7 +794,7 @@ struct ByteLevelDec final : Decoder {
       }
     }
     if (ctx.stable_only) bytes.resize(bytes.size() - unicode::incomplete_utf8_tail(bytes));
-    tokens.assign(1, unicode::utf8_lossy(bytes));
+    tokens.assign(1, ctx.raw ? bytes : unicode::utf8_lossy(bytes));
     ctx.fused = true;
   }
 };
@@ -1274,6 +1275,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   std::string text;
   if (d_->decoder) {
     detail::DecodeCtx ctx{control.at_sequence_start, control.stable_only};
+    ctx.raw = control.raw_bytes;
     d_->decoder->apply(tokens, ctx);
     for (const auto& t : tokens) text += t;
   } else {
@@ -1282,7 +1284,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
       text += tokens[i];
     }
   }
-  if (d_->clean_up) {
+  if (d_->clean_up && !control.raw_bytes) {
     if (control.stable_only) {
       // A clean-up rule can only span a point whose preceding character is not
       // one of " 'nvr" (the non-final characters of the rules).
@@ -1293,6 +1295,13 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
     detail::clean_up_tokenization(text);
   }
   return text;
+}
+
+std::string Tokenizer::token_bytes(int32_t id) const {
+  DecodeControl c;
+  c.at_sequence_start = false;
+  c.raw_bytes = true;
+  return decode(std::span<const int32_t>(&id, 1), false, c);
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(d_->pieces.size()); }

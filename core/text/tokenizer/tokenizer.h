@@ -62,8 +62,18 @@ class Tokenizer {
     // clean-up or a trailing Strip could still alter). The result is then a
     // prefix of the decode of any extension of `ids`.
     bool stable_only = false;
+    // true: bytes that are not valid UTF-8 (half of a character split over
+    // tokens) are kept as they are instead of becoming U+FFFD, and no
+    // clean-up is applied (token_bytes).
+    bool raw_bytes = false;
   };
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens, DecodeControl control) const;
+
+  // The bytes token `id` adds to the text when it follows other tokens
+  // (special tokens: their content; byte-fallback and byte-level tokens: their
+  // raw bytes, possibly part of a UTF-8 character). What guided decoding
+  // matches token masks against; "" for an id without a token.
+  std::string token_bytes(int32_t id) const;
 
   int32_t vocab_size() const;  // max id + 1 over the vocabulary and the added tokens
   std::optional<int32_t> token_to_id(std::string_view token) const;

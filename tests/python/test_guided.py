@@ -1,0 +1,91 @@
+"""Guided decoding: hundreds of sampled generations (temperature 1) on the demo
+model, each of which must parse and validate against its JSON schema
+(python3-jsonschema, independent of halo), fully match its regex (Python's re)
+or be one of its choices. The constraint comes in vLLM's request fields
+(guided_json, guided_regex, guided_choice, response_format), as the HTTP API
+takes them."""
+import json
+import re
+
+import jsonschema
+import pytest
+
+SAMPLES = 24  # per constraint and prompt (n)
+PROMPTS = ["What is curl?", "The package", "{"]
+
+SCHEMAS = [
+    {"type": "object",
+     "properties": {"name": {"type": "string", "maxLength": 12},
+                    "ok": {"type": "boolean"},
+                    "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}},
+     "required": ["name", "ok"], "additionalProperties": False},
+    {"type": "array", "items": {"type": "string", "maxLength": 6}, "minItems": 1, "maxItems": 3},
+    {"anyOf": [{"type": "boolean"}, {"type": "null"}, {"const": "x"}]},
+    {"$defs": {"pt": {"type": "object", "properties": {"x": {"enum": [0, 1, 2]}, "y": {"enum": [0, 1, 2]}},
+                      "required": ["x", "y"]}},
+     "type": "object", "properties": {"from": {"$ref": "#/$defs/pt"}, "to": {"$ref": "#/$defs/pt"}},
+     "required": ["from", "to"]},
+    {"type": "string", "format": "date"},
+]
+REGEXES = [r"\d{3}-\d{4}", r"(yes|no), because [a-z ]{1,20}\.", r"[A-Z][a-z]{1,8} [A-Z][a-z]{1,8}", r"[\u00e0-\u00ff]{2,5}!"]
+CHOICES = [["positive", "negative", "neutral"], ["apt", "apt-get", "aptitude", "dpkg"]]
+
+
+def sample(llm, prompt, fields, max_tokens=160):
+    params = {"n": SAMPLES, "temperature": 1.0, "max_tokens": max_tokens, "seed": 7, **fields}
+    out = llm.generate(prompt, params, use_tqdm=False)[0]
+    assert len(out.outputs) == SAMPLES
+    return out.outputs
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=[f"schema{i}" for i in range(len(SCHEMAS))])
+def test_guided_json_validates(llm, schema):
+    for prompt in PROMPTS:
+        for c in sample(llm, prompt, {"guided_json": schema}):
+            assert c.finish_reason == "stop", (prompt, c.text)
+            jsonschema.validate(json.loads(c.text), schema)
+
+
+def test_response_format_json_object_parses(llm):
+    for prompt in PROMPTS:
+        for c in sample(llm, prompt, {"response_format": {"type": "json_object"}}, max_tokens=200):
+            if c.finish_reason == "stop":
+                assert isinstance(json.loads(c.text), dict), c.text
+
+
+@pytest.mark.parametrize("pattern", REGEXES)
+def test_guided_regex_fully_matches(llm, pattern):
+    for prompt in PROMPTS:
+        for c in sample(llm, prompt, {"guided_regex": pattern}):
+            assert c.finish_reason == "stop", (prompt, c.text)
+            assert re.fullmatch(pattern, c.text), (pattern, c.text)
+
+
+@pytest.mark.parametrize("choices", CHOICES)
+def test_guided_choice_is_one_of_them(llm, choices):
+    seen = set()
+    for prompt in PROMPTS:
+        for c in sample(llm, prompt, {"guided_choice": choices}):
+            assert c.text in choices, c.text
+            seen.add(c.text)
+    assert len(seen) > 1, "temperature 1 should reach more than one choice"
+
+
+def test_bad_constraints_are_value_errors(llm):
+    with pytest.raises(ValueError, match="guided_regex"):
+        llm.generate("x", {"guided_regex": "(unclosed"}, use_tqdm=False)
+    with pytest.raises(ValueError, match="guided_json"):
+        llm.generate("x", {"guided_json": {"type": "object", "patternProperties": {"a": {}}}}, use_tqdm=False)
+    with pytest.raises(ValueError, match="cannot both"):
+        llm.generate("x", {"guided_regex": "a", "guided_choice": ["b"]}, use_tqdm=False)
+    with pytest.raises(ValueError, match="guided_grammar"):
+        llm.generate("x", {"guided_grammar": "root ::= \"a\""}, use_tqdm=False)
+
+
+def test_guided_decoding_params_as_vllm_writes_them(llm):
+    from halo import GuidedDecodingParams, SamplingParams
+
+    sp = SamplingParams(n=8, temperature=1.0, seed=3, max_tokens=40,
+                        guided_decoding=GuidedDecodingParams(choice=["red", "green", "blue"]))
+    out = llm.generate("Colour:", sp, use_tqdm=False)[0]
+    assert {c.text for c in out.outputs} <= {"red", "green", "blue"}
