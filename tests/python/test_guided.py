@@ -89,3 +89,35 @@ def test_guided_decoding_params_as_vllm_writes_them(llm):
                         guided_decoding=GuidedDecodingParams(choice=["red", "green", "blue"]))
     out = llm.generate("Colour:", sp, use_tqdm=False)[0]
     assert {c.text for c in out.outputs} <= {"red", "green", "blue"}
+
+
+# Random models of two families (tools/make_test_model.py): near-flat logits
+# wander everywhere the mask allows; one has Llama 2's 32k SentencePiece
+# tokenizer (leading spaces, byte fallback), the other the demo's byte-level one.
+@pytest.fixture(scope="module", params=["qwen3", "llama-sentencepiece"])
+def random_llm(request, repo_root, tmp_path_factory):
+    import subprocess
+    import sys
+
+    from halo import LLM
+
+    out = str(tmp_path_factory.mktemp("guided") / request.param)
+    args = ["/usr/bin/python3", f"{repo_root}/tools/make_test_model.py", "--out", out, "--hidden", "64",
+            "--layers", "2", "--heads", "4", "--kv-heads", "2", "--intermediate", "128", "--max-pos", "1024"]
+    if request.param == "qwen3":
+        args += ["--family", "qwen3", "--seed", "5"]
+    else:
+        args += ["--family", "llama", "--seed", "6", "--tokenizer", f"{repo_root}/tests/data/tokenizers/llama2"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return LLM(out, max_num_seqs=32, max_model_len=1024)
+
+
+def test_random_models_obey_every_constraint(random_llm):
+    checks = [({"guided_json": s}, lambda t, s=s: jsonschema.validate(json.loads(t), s)) for s in SCHEMAS]
+    checks += [({"guided_regex": p}, lambda t, p=p: re.fullmatch(p, t) or pytest.fail(f"{p!r}: {t!r}")) for p in REGEXES]
+    checks += [({"guided_choice": c}, lambda t, c=c: t in c or pytest.fail(f"{t!r} not in {c}")) for c in CHOICES]
+    for fields, check in checks:
+        for c in sample(random_llm, "hello", fields, max_tokens=300):
+            assert c.finish_reason == "stop", (fields, c.text)
+            check(c.text)
