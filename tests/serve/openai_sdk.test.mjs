@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 
-import { client, metric, metrics, postJson, startServer } from './lib.mjs';
+import { client, metric, metrics, postJson, sleep, startServer } from './lib.mjs';
 
 let server;
 let openai;
@@ -29,7 +29,9 @@ async function collectChatStream(params) {
 }
 
 describe('models and start-up', () => {
-  test('prints the URL and a curl example on start', () => {
+  test('prints the URL and a curl example on start', async () => {
+    // Printed before /health turns 200; the pipe may still be delivering it.
+    for (let t = 0; t < 10000 && !/curl .*\/v1\/chat\/completions/.test(server.stdout); t += 50) await sleep(50);
     assert.match(server.stdout, new RegExp(`http://127\\.0\\.0\\.1:${server.port}/v1`));
     assert.match(server.stdout, /curl .*\/v1\/chat\/completions/);
   });

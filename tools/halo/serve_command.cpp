@@ -394,9 +394,9 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
     http->stop();
     throw Error(refused.empty() ? "no model could be served" : refused.back().reason);
   }
-  core->set_ready();
-
+  // The ready line first: whoever sees /health turn 200 can already read it.
   print_ready(*core, url, api_key);
+  core->set_ready();
 
   wait_and_drain(signals, *core, *http, o.shutdown_timeout);
   // Let the last bytes of the responses leave before the sockets close.
