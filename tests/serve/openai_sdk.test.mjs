@@ -30,7 +30,7 @@ async function collectChatStream(params) {
 
 describe('models and start-up', () => {
   test('prints the URL and a curl example on start', async () => {
-    // Printed before /health turns 200; the pipe may still be delivering it.
+    // Printed just after /health turns 200: the line may still be on its way.
     for (let t = 0; t < 10000 && !/curl .*\/v1\/chat\/completions/.test(server.stdout); t += 50) await sleep(50);
     assert.match(server.stdout, new RegExp(`http://127\\.0\\.0\\.1:${server.port}/v1`));
     assert.match(server.stdout, /curl .*\/v1\/chat\/completions/);

@@ -394,9 +394,10 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
     http->stop();
     throw Error(refused.empty() ? "no model could be served" : refused.back().reason);
   }
-  // The ready line first: whoever sees /health turn 200 can already read it.
-  print_ready(*core, url, api_key);
   core->set_ready();
+  // After set_ready: a client that waits for this line (tests/serve/hostile_lib.mjs)
+  // is served at once; one that polls /health may see 200 a moment before it.
+  print_ready(*core, url, api_key);
 
   wait_and_drain(signals, *core, *http, o.shutdown_timeout);
   // Let the last bytes of the responses leave before the sockets close.
