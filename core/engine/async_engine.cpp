@@ -161,6 +161,10 @@ std::shared_ptr<const text::guided::Guide> AsyncEngine::guide_for(const RequestO
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", what, e.what()));
   }
+  bool any = dfa->accepting(dfa->start());
+  for (int b = 0; b < 256 && !any; ++b)
+    any = dfa->next(dfa->start(), static_cast<uint8_t>(b)) != text::guided::ByteDfa::kDead;
+  if (!any) throw Error(fmt::format("{}: the constraint matches no text at all", what));
   if (!guide_vocab_) guide_vocab_ = std::make_shared<const text::guided::TokenVocab>(tokenizer_);
   auto g = std::make_shared<const text::guided::Guide>(std::move(dfa), guide_vocab_, what);
   if (guides_.size() >= kCached) guides_.erase(guides_.begin());

@@ -76,6 +76,8 @@ def test_bad_constraints_are_value_errors(llm):
         llm.generate("x", {"guided_regex": "(unclosed"}, use_tqdm=False)
     with pytest.raises(ValueError, match="guided_json"):
         llm.generate("x", {"guided_json": {"type": "object", "patternProperties": {"a": {}}}}, use_tqdm=False)
+    with pytest.raises(ValueError, match="matches no text"):
+        llm.generate("x", {"guided_regex": "a[]b"}, use_tqdm=False)
     with pytest.raises(ValueError, match="cannot both"):
         llm.generate("x", {"guided_regex": "a", "guided_choice": ["b"]}, use_tqdm=False)
     with pytest.raises(ValueError, match="guided_grammar"):
