@@ -6,10 +6,7 @@
 
 namespace halo::serve {
 
-namespace {
-
-// A JSON schema given as an object or as JSON text, compiled; 400 naming `field`.
-std::string schema_regex(const json& schema, const std::string& field) {
+std::string guided_schema_regex(const json& schema, const std::string& field) {
   try {
     if (schema.is_string())
       return text::guided::json_schema_to_regex(json::parse(schema.get<std::string>()));
@@ -23,7 +20,7 @@ std::string schema_regex(const json& schema, const std::string& field) {
   }
 }
 
-void set(engine::RequestOptions& o, std::string regex, const std::string& what) {
+void set_guided_regex(engine::RequestOptions& o, std::string regex, const std::string& what) {
   if (!o.guided_regex.empty())
     throw ApiError(
         400, fmt::format("'{}' and '{}' cannot both constrain the output", o.guided_what, what),
@@ -32,10 +29,9 @@ void set(engine::RequestOptions& o, std::string regex, const std::string& what) 
   o.guided_what = what;
 }
 
-}  // namespace
 
 void parse_guided(Fields& f, engine::RequestOptions& o) {
-  if (auto r = f.string("guided_regex"); r && !r->empty()) set(o, *r, "guided_regex");
+  if (auto r = f.string("guided_regex"); r && !r->empty()) set_guided_regex(o, *r, "guided_regex");
   if (const json* c = f.get("guided_choice"); c && !(c->is_array() && c->empty())) {
     if (!c->is_array())
       throw ApiError(400, "'guided_choice' must be a list of strings", "guided_choice",
@@ -48,19 +44,19 @@ void parse_guided(Fields& f, engine::RequestOptions& o) {
       if (!alt.empty()) alt += '|';
       alt += text::guided::regex_escape(item.get<std::string>());
     }
-    set(o, "(" + alt + ")", "guided_choice");
+    set_guided_regex(o, "(" + alt + ")", "guided_choice");
   }
-  if (const json* j = f.get("guided_json")) set(o, schema_regex(*j, "guided_json"), "guided_json");
+  if (const json* j = f.get("guided_json")) set_guided_regex(o, guided_schema_regex(*j, "guided_json"), "guided_json");
   if (const json* rf = f.get("response_format")) {
     const std::string type = rf->is_object() ? rf->value("type", std::string()) : std::string();
     if (type == "json_object") {
-      set(o, text::guided::json_schema_to_regex(json{{"type", "object"}}), "response_format");
+      set_guided_regex(o, text::guided::json_schema_to_regex(json{{"type", "object"}}), "response_format");
     } else if (type == "json_schema") {
       const json* js = rf->contains("json_schema") ? &(*rf)["json_schema"] : nullptr;
       if (!js || !js->is_object() || !js->contains("schema"))
         throw ApiError(400, "'response_format' json_schema needs 'json_schema': {'name', 'schema'}",
                        "response_format", error_code::kInvalidValue);
-      set(o, schema_regex((*js)["schema"], "response_format"), "response_format");
+      set_guided_regex(o, guided_schema_regex((*js)["schema"], "response_format"), "response_format");
     } else if (type != "text") {
       throw ApiError(400, "'response_format' must have 'type' text, json_object or json_schema",
                      "response_format", error_code::kInvalidValue);

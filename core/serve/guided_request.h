@@ -11,4 +11,10 @@ namespace halo::serve {
 
 void parse_guided(Fields& f, engine::RequestOptions& o);
 
+// Sets the output constraint; a 400 naming both when one is already set.
+void set_guided_regex(engine::RequestOptions& o, std::string regex, const std::string& what);
+// A JSON schema (an object, or JSON text) as the regex guided decoding takes;
+// a 400 naming `field` when it cannot be compiled.
+std::string guided_schema_regex(const json& schema, const std::string& field);
+
 }  // namespace halo::serve
