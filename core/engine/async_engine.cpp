@@ -120,9 +120,17 @@ std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& reque
   req->id = request_id;
   req->prompt = prompt_ids;
   req->opts = options;
-  if (!options.guided_regex.empty()) {
+  if (!options.guided_regex.empty() || !options.guided_grammar.empty()) {
     if (options.beam.width > 0) throw Error("guided decoding is not supported with beam search");
-    req->opts.sampling.guide = guide_for(options);
+    if (!options.guided_regex.empty() && !options.guided_grammar.empty())
+      throw Error("a regex and a grammar cannot both constrain the output");
+    const bool grammar = !options.guided_grammar.empty();
+    const std::string what = !options.guided_what.empty() ? options.guided_what
+                             : grammar                    ? "guided_grammar"
+                                                          : "guided_regex";
+    req->opts.sampling.guide =
+        grammar ? guides_.get(text::guided::ConstraintKind::kGrammar, options.guided_grammar, what)
+                : guides_.get(text::guided::ConstraintKind::kRegex, options.guided_regex, what);
   }
   req->arrival = Clock::now();
   req->buffer_all = best_of > options.n;
@@ -141,35 +149,6 @@ std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& reque
   }
   cv_.notify_all();
   return req->stream;
-}
-
-std::shared_ptr<const text::guided::Guide> AsyncEngine::guide_for(const RequestOptions& o) {
-  constexpr size_t kCached = 64;
-  std::lock_guard lk(guide_mu_);
-  for (auto it = guides_.begin(); it != guides_.end(); ++it) {
-    if (it->first != o.guided_regex) continue;
-    auto hit = *it;
-    guides_.erase(it);
-    guides_.push_back(hit);
-    return hit.second;
-  }
-  const std::string what = o.guided_what.empty() ? "guided_regex" : o.guided_what;
-  std::shared_ptr<const text::guided::ByteDfa> dfa;
-  try {
-    dfa = std::make_shared<const text::guided::ByteDfa>(
-        text::guided::ByteDfa::compile(o.guided_regex));
-  } catch (const Error& e) {
-    throw Error(fmt::format("{}: {}", what, e.what()));
-  }
-  bool any = dfa->accepting(dfa->start());
-  for (int b = 0; b < 256 && !any; ++b)
-    any = dfa->next(dfa->start(), static_cast<uint8_t>(b)) != text::guided::ByteDfa::kDead;
-  if (!any) throw Error(fmt::format("{}: the constraint matches no text at all", what));
-  if (!guide_vocab_) guide_vocab_ = std::make_shared<const text::guided::TokenVocab>(tokenizer_);
-  auto g = std::make_shared<const text::guided::Guide>(std::move(dfa), guide_vocab_, what);
-  if (guides_.size() >= kCached) guides_.erase(guides_.begin());
-  guides_.push_back({o.guided_regex, g});
-  return g;
 }
 
 void AsyncEngine::check_beam_options(const RequestOptions& o) const {

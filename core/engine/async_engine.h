@@ -18,7 +18,7 @@
 
 #include "engine/llm_engine.h"
 #include "engine/metrics.h"
-#include "text/guided/token_mask.h"
+#include "text/guided/guide_cache.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace halo::engine {
@@ -33,10 +33,12 @@ struct RequestOptions {
   int n = 1;        // choices returned
   int best_of = 0;  // sequences generated (0: n); the n with the best cumulative logprob win
   int priority = 0;  // lower runs first
-  // Guided decoding: non-empty, the output must match this regular expression
-  // (text/guided/regex_dfa.h; JSON schemas and choices arrive compiled to one);
+  // Guided decoding, at most one non-empty: the output must match this regular
+  // expression (text/guided/regex_dfa.h; JSON schemas and choices arrive
+  // compiled to one) or this GBNF grammar (text/guided/grammar.h);
   // `guided_what` names the constraint in messages ("guided_json", ...).
   std::string guided_regex;
+  std::string guided_grammar;
   std::string guided_what;
   // width > 0: beam search of that width instead of sampling (n <= width
   // results, best first; see beam_search.h). No stop strings or logprobs.
@@ -152,8 +154,6 @@ class AsyncEngine {
   void process(const RequestOutput& out);
   void process_beams(Request& req, const RequestOutput& out);
   void check_beam_options(const RequestOptions& options) const;
-  // The compiled constraint of options.guided_regex (cached by pattern).
-  std::shared_ptr<const text::guided::Guide> guide_for(const RequestOptions& options);
   void finish_choice(Request& req, Choice& choice, StreamEvent ev);
   void fail_all(const std::string& message);
   void log_stats_if_due();
@@ -161,11 +161,7 @@ class AsyncEngine {
 
   std::unique_ptr<LLMEngine> engine_;
   text::Tokenizer tokenizer_;
-  // Guided decoding: the vocabulary's byte trie (built at the first guided
-  // request) and the compiled constraints, most recently used last.
-  std::mutex guide_mu_;
-  std::shared_ptr<const text::guided::TokenVocab> guide_vocab_;
-  std::vector<std::pair<std::string, std::shared_ptr<const text::guided::Guide>>> guides_;
+  text::guided::GuideCache guides_{tokenizer_};  // guided decoding's compiled constraints
   std::mutex mu_;  // guards commands_ and stop_
   std::condition_variable cv_;
   std::deque<Command> commands_;

@@ -317,19 +317,12 @@ void LLMEngine::read_step(const SchedulerOutput& sched, size_t i, StepResult& re
 // when nothing may follow).
 void LLMEngine::apply_guide(const Sequence& seq, std::span<float> logits) const {
   const auto& g = *seq.params.guide;
-  const std::vector<uint64_t>& allowed = g.allowed(seq.guide_state);
   const bool complete = g.accepting(seq.guide_state);
-  const float ninf = -std::numeric_limits<float>::infinity();
   const int vocab = static_cast<int>(logits.size());
   std::vector<std::pair<int32_t, float>> eos;  // EOS is a special token: masked below
   for (int32_t e : eos_ids_)
     if (e >= 0 && e < vocab) eos.push_back({e, logits[static_cast<size_t>(e)]});
-  bool any = false;
-  for (int t = 0; t < vocab; ++t) {
-    const bool ok = t < g.vocab_size() && ((allowed[static_cast<size_t>(t) / 64] >> (t % 64)) & 1);
-    if (!ok) logits[static_cast<size_t>(t)] = ninf;
-    any = any || ok;
-  }
+  bool any = text::guided::apply_mask(*g.allowed(seq.guide_state), g.vocab_size(), logits.data(), vocab);
   if (complete)
     for (const auto& [e, v] : eos) logits[static_cast<size_t>(e)] = v, any = true;
   if (!any && !eos.empty()) logits[static_cast<size_t>(eos[0].first)] = 0.0f;  // a dead end: end it

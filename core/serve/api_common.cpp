@@ -221,6 +221,8 @@ ApiError to_api_error(const std::exception_ptr& ep) {
     return ApiError(400, e.what(), "messages");  // what() already says "chat template [line N]: "
   } catch (const json::exception& e) {
     return ApiError(400, std::string("invalid request: ") + e.what());
+  } catch (const FieldError& e) {
+    return ApiError(400, e.what(), e.field());
   } catch (const Error& e) {
     return ApiError(400, e.what());
   } catch (const std::exception& e) {
@@ -368,11 +370,8 @@ void reject_unsupported(Fields& f) {
   reject_nonempty(f, "allowed_token_ids", "the sampler cannot restrict the vocabulary");
   reject_nonempty(f, "bad_words", "the sampler cannot ban words");
   reject_nonempty(f, "logits_processors", "custom logits processors are not available");
-  for (const char* guided : {"guided_grammar", "structured_outputs", "guided_whitespace_pattern"})
-    reject_nonempty(
-        f, guided,
-        "grammars (EBNF/GBNF) are not implemented; guided_regex, guided_choice, guided_json "
-        "and response_format are");
+  reject_nonempty(f, "guided_whitespace_pattern",
+                  "JSON whitespace is fixed by halo's schema compiler; write a guided_grammar for other layouts");
 }
 
 // vLLM's beam search fields: use_beam_search, with max(n, best_of) as the

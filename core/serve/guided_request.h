@@ -1,8 +1,9 @@
 #pragma once
-// The guided decoding fields of a request, onto RequestOptions::guided_regex:
-// vLLM's guided_regex, guided_choice and guided_json, OpenAI's response_format
-// (json_object, json_schema). At most one may be given. guided_grammar and
-// the other structured-output fields are refused (400 naming them).
+// The guided decoding fields of a request, onto RequestOptions::guided_regex
+// or guided_grammar: vLLM's guided_regex, guided_choice, guided_json and
+// guided_grammar (GBNF), vLLM's newer structured_outputs object, OpenAI's
+// response_format (json_object, json_schema). At most one may be given (400
+// naming both); guided_whitespace_pattern is refused.
 // Pure; any thread.
 #include "engine/async_engine.h"
 #include "serve/api_common.h"

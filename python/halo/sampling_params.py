@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Union
 
 class GuidedDecodingParams:
     """vLLM's guided decoding parameters: one of json (a schema, dict or JSON text),
-    regex, choice (a list of strings), json_object; grammar is refused by the engine."""
+    regex, choice (a list of strings), grammar (GBNF) or json_object."""
 
     def __init__(self, json: Any = None, regex: Optional[str] = None,
                  choice: Optional[List[str]] = None, grammar: Optional[str] = None,

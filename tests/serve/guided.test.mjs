@@ -1,5 +1,6 @@
 // Guided decoding over HTTP: OpenAI's response_format json_schema on chat,
-// vLLM's guided_choice / guided_regex / guided_json on completions; every
+// vLLM's guided_choice / guided_regex / guided_json / guided_grammar and
+// structured_outputs on completions and chat; every
 // answer conforms (checked here by parsing, not by halo), and constraints that
 // cannot be compiled are a 400 naming the field.
 import assert from 'node:assert/strict';
@@ -53,12 +54,49 @@ test('completions with guided_choice, guided_regex and guided_json', async () =>
   }
 });
 
+// Checked here without halo's grammar code: a JS regex of the same language,
+// and a bracket-matching stack for the recursive one.
+test('guided_grammar (GBNF) on chat and completions; structured_outputs', async () => {
+  const grammar = 'root ::= "Package: " name "\\nVersion: " [0-9]{1,3} ( "." [0-9]{1,3} ){0,2}\n' +
+    'name ::= [a-z0-9] [a-z0-9.+-]{0,15}';
+  const chat = await curlJson(`${server.url}/v1/chat/completions`, {
+    model: 'pkgchat', messages: [{ role: 'user', content: 'What is curl?' }], temperature: 1, n: 8, seed: 5,
+    max_tokens: 80, guided_grammar: grammar });
+  assert.equal(chat.status, 200, chat.body);
+  // The language is finite (at most 55 characters): every answer completes.
+  for (const c of chat.json.choices) {
+    assert.equal(c.finish_reason, 'stop', chat.body);
+    assert.match(c.message.content, /^Package: [a-z0-9][a-z0-9.+-]{0,15}\nVersion: [0-9]{1,3}(\.[0-9]{1,3}){0,2}$/);
+  }
+
+  const balanced = 'root ::= item+\nitem ::= "(" item* ")" | "[" item* "]"';
+  const r = await curlJson(`${server.url}/v1/completions`, { model: 'pkgchat', prompt: 'Brackets:',
+    temperature: 1, n: 8, seed: 6, max_tokens: 30, structured_outputs: { grammar: balanced } });
+  assert.equal(r.status, 200, r.body);
+  for (const c of r.json.choices) {
+    const stack = [];
+    for (const ch of c.text) {
+      if (ch === '(' || ch === '[') stack.push(ch);
+      else assert.equal(stack.pop(), ch === ')' ? '(' : '[', c.text);
+    }
+    assert.ok(c.text.length > 0);
+    if (c.finish_reason === 'stop') assert.equal(stack.length, 0, c.text);
+  }
+  const choice = await curlJson(`${server.url}/v1/completions`, { model: 'pkgchat', prompt: 'x',
+    temperature: 1, n: 4, seed: 7, max_tokens: 8, structured_outputs: { choice: ['on', 'off'] } });
+  assert.equal(choice.status, 200, choice.body);
+  for (const c of choice.json.choices) assert.ok(['on', 'off'].includes(c.text), c.text);
+});
+
 test('bad constraints are a 400 naming the field; the server keeps serving', async () => {
   const cases = [
     [{ guided_regex: '(a' }, /guided_regex/],
     [{ guided_json: { type: 'object', not: {} } }, /guided_json.*'not'/],
     [{ guided_choice: 'yes' }, /guided_choice/],
-    [{ guided_grammar: 'root ::= "a"' }, /guided_grammar/],
+    [{ guided_grammar: 'root ::= item+\nitem ::= "a" | missing' }, /guided_grammar: grammar: line 2: rule 'missing' is used but never defined/],
+    [{ guided_grammar: 'root ::= root "a" | "b"' }, /left-recursive/],
+    [{ structured_outputs: { grammar: 'root ::= [z-a]' } }, /structured_outputs.grammar: .*out of order/],
+    [{ guided_grammar: 'root ::= "a"', guided_regex: 'a' }, /cannot both/],
     [{ response_format: { type: 'json_schema' } }, /response_format/],
     [{ guided_regex: 'a', guided_choice: ['b'] }, /cannot both/],
   ];

@@ -1,6 +1,7 @@
 #include "text/guided/token_mask.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace halo::text::guided {
 
@@ -29,47 +30,82 @@ TokenVocab::TokenVocab(const Tokenizer& tokenizer)
   }
 }
 
-Guide::Guide(std::shared_ptr<const ByteDfa> dfa, std::shared_ptr<const TokenVocab> vocab,
+Guide::Guide(std::unique_ptr<ByteMatcher> matcher, std::shared_ptr<const TokenVocab> vocab,
              std::string what)
-    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), what_(std::move(what)) {}
+    : matcher_(std::move(matcher)),
+      vocab_(std::move(vocab)),
+      what_(std::move(what)),
+      dead_(std::make_shared<const std::vector<uint64_t>>(
+          (static_cast<size_t>(vocab_->size()) + 63) / 64, 0)) {}
 
-const std::vector<uint64_t>& Guide::allowed(int32_t state) const {
+int32_t Guide::start() const {
   std::lock_guard lk(mu_);
-  if (state == ByteDfa::kDead) {  // nothing may follow a broken match
-    if (dead_.empty()) dead_.assign((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
-    return dead_;
+  return matcher_->start();
+}
+
+bool Guide::accepting(int32_t state) const {
+  if (state == kDead) return false;
+  std::lock_guard lk(mu_);
+  return matcher_->accepting(state);
+}
+
+Guide::Mask Guide::allowed(int32_t state) const {
+  if (state == kDead) return dead_;  // nothing may follow a broken match
+  std::lock_guard lk(mu_);
+  if (auto it = masks_.find(state); it != masks_.end()) return it->second;
+  auto mask = std::make_shared<std::vector<uint64_t>>(dead_->size(), 0);
+  matcher_->fill_mask(state, *vocab_, *mask);
+  const size_t bytes = mask->size() * sizeof(uint64_t);
+  if (mask_bytes_ + bytes > kMaxMaskBytes) {  // recomputable: drop them all
+    masks_.clear();
+    mask_bytes_ = 0;
   }
-  auto& slot = masks_[state];
-  if (slot) return *slot;
-  auto mask =
-      std::make_unique<std::vector<uint64_t>>((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
-  // Depth-first over the trie, carrying the DFA state; a dead state prunes the subtree.
-  const auto& trie = vocab_->trie();
-  std::vector<std::pair<int32_t, int32_t>> stack{{0, state}};
-  while (!stack.empty()) {
-    const auto [node, s] = stack.back();
-    stack.pop_back();
-    const auto& n = trie[static_cast<size_t>(node)];
-    if (node != 0)
-      for (int32_t t : n.tokens) (*mask)[static_cast<size_t>(t) / 64] |= uint64_t{1} << (t % 64);
-    for (const auto& [byte, child] : n.children) {
-      const int32_t next = dfa_->next(s, byte);
-      if (next != ByteDfa::kDead) stack.push_back({child, next});
-    }
-  }
-  slot = std::move(mask);
-  return *slot;
+  mask_bytes_ += bytes;
+  masks_[state] = mask;
+  return mask;
 }
 
 int32_t Guide::advance(int32_t state, int32_t token) const {
-  if (state == ByteDfa::kDead || token < 0 || token >= vocab_->size()) return ByteDfa::kDead;
+  if (state == kDead || token < 0 || token >= vocab_->size()) return kDead;
   const std::string& b = vocab_->bytes(token);
-  if (b.empty()) return ByteDfa::kDead;
-  for (unsigned char c : b) {
-    state = dfa_->next(state, c);
-    if (state == ByteDfa::kDead) break;
+  if (b.empty()) return kDead;
+  std::lock_guard lk(mu_);
+  return matcher_->advance(state, b);
+}
+
+bool Guide::worn_out() const {
+  std::lock_guard lk(mu_);
+  return matcher_->table_bytes() > kMaxTableBytes;
+}
+
+bool apply_mask(const std::vector<uint64_t>& allowed, int32_t mask_vocab, float* logits,
+                int32_t n) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const int32_t covered = std::min(mask_vocab, n);
+  bool any = false;
+  // Whole words first: most are all-allowed or all-disallowed.
+  int32_t t = 0;
+  for (; t + 64 <= covered; t += 64) {
+    const uint64_t w = allowed[static_cast<size_t>(t) / 64];
+    if (w == ~uint64_t{0}) {
+      any = true;
+    } else if (w == 0) {
+      std::fill(logits + t, logits + t + 64, ninf);
+    } else {
+      any = true;
+      for (int b = 0; b < 64; ++b)
+        if (!((w >> b) & 1)) logits[t + b] = ninf;
+    }
   }
-  return state;
+  for (; t < covered; ++t) {
+    if ((allowed[static_cast<size_t>(t) / 64] >> (t % 64)) & 1) {
+      any = true;
+    } else {
+      logits[t] = ninf;
+    }
+  }
+  std::fill(logits + covered, logits + n, ninf);
+  return any;
 }
 
 }  // namespace halo::text::guided
