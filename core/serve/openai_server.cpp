@@ -26,6 +26,8 @@ std::string random_id(const char* prefix) {
   return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
 }
 
+std::string new_tool_call_id() { return random_id("chatcmpl-tool-"); }
+
 HttpResponse json_response(int status, const ojson& body) {
   HttpResponse r;
   r.status = status;
@@ -98,12 +100,15 @@ class OpenAIJob : public HttpSink {
   std::string chat_echo;         // chat: the final assistant message, with echo
   int completion_logprobs = -1;  // completions: logprobs k
   bool want_prompt_logprobs = false;
+  ToolChoice tool_choice;  // chat: "required" or a named function makes the text tool_calls
 
   explicit OpenAIJob(Endpoint k) : kind(k) {}
 
   void on_start(Generation& g) override {
     g_ = &g;
     sent_.assign(g.choices().size(), {});
+    if (stream && tool_choice.forced())
+      scanners_.assign(g.choices().size(), ToolCallScanner(tool_choice));
     if (stream) begin_stream();
   }
 
@@ -139,8 +144,10 @@ class OpenAIJob : public HttpSink {
   const text::Tokenizer& tokenizer() const { return g_->model().tokenizer(); }
   int n() const { return g_->n(); }
 
-  static ojson finish_json(const ChoiceOutput& c) {
+  // With a forced tool choice, OpenAI's finish_reason for it (`num_calls`: the calls made).
+  ojson finish_json(const ChoiceOutput& c, size_t num_calls = 0) const {
     const char* name = finish_name(c.finish_reason);
+    if (kind == Endpoint::kChat) name = tool_choice_finish_reason(tool_choice, name, num_calls);
     return name ? ojson(name) : ojson(nullptr);
   }
 
@@ -264,7 +271,8 @@ class OpenAIJob : public HttpSink {
     // The first delta of every choice carries the role (and an echoed message).
     for (int i = 0; i < n(); ++i) {
       ojson ch = chunk_head("chat.completion.chunk");
-      ojson delta{{"role", "assistant"}, {"content", chat_echo}};
+      ojson delta{{"role", "assistant"},
+                  {"content", tool_choice.forced() ? ojson(nullptr) : ojson(chat_echo)}};
       ch["choices"] = ojson::array(
           {ojson{{"index", i}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
       add_running_usage(ch);
@@ -286,19 +294,30 @@ class OpenAIJob : public HttpSink {
     }
     const bool have_logprobs = sreq.options.sampling.logprobs >= 0 && !ev.logprobs.empty();
     if (ev.text.empty() && !ev.finished && !have_logprobs && sent.started) return;
-    const ojson finish = ev.finished ? finish_json(c) : ojson(nullptr);
+    std::vector<ojson> deltas;
+    if (kind == Endpoint::kChat) deltas = chat_deltas(index, ev);
+    const size_t num_calls = scanners_.empty() ? 0 : scanners_[index].calls().size();
+    const ojson finish = ev.finished ? finish_json(c, num_calls) : ojson(nullptr);
     const ojson stop = ev.finished ? stop_reason(c) : ojson(nullptr);
     if (kind == Endpoint::kChat) {
-      ojson ch = chunk_head("chat.completion.chunk");
-      ojson delta = ojson::object();
-      if (!ev.text.empty() || !ev.finished) delta["content"] = ev.text;
-      ch["choices"] = ojson::array({ojson{{"index", index},
-                                          {"delta", delta},
-                                          {"logprobs", chat_logprobs(ev.logprobs.data(), ev.logprobs.size())},
-                                          {"finish_reason", finish},
-                                          {"stop_reason", stop}}});
-      add_running_usage(ch);
-      write_sse(ch);
+      if (deltas.empty()) {
+        if (!ev.finished && !have_logprobs) return;  // tool calls: text that completes no delta yet
+        deltas.push_back(ojson::object());
+      }
+      // The event's logprobs and finish go on its last chunk.
+      for (size_t k = 0; k < deltas.size(); ++k) {
+        const bool last = k + 1 == deltas.size();
+        ojson ch = chunk_head("chat.completion.chunk");
+        ch["choices"] = ojson::array(
+            {ojson{{"index", index},
+                   {"delta", std::move(deltas[k])},
+                   {"logprobs",
+                    last ? chat_logprobs(ev.logprobs.data(), ev.logprobs.size()) : ojson(nullptr)},
+                   {"finish_reason", last ? finish : ojson(nullptr)},
+                   {"stop_reason", last ? stop : ojson(nullptr)}}});
+        add_running_usage(ch);
+        write_sse(ch);
+      }
     } else {
       std::string text;
       ojson lp = completion_logprobs >= 0 ? empty_completion_logprobs() : ojson(nullptr);
@@ -320,6 +339,20 @@ class OpenAIJob : public HttpSink {
     sent.started = true;
   }
 
+  // A chat event's deltas: its text as content, or with a forced tool choice
+  // the tool_calls entries it completes (none yet: empty).
+  std::vector<ojson> chat_deltas(size_t index, const StreamEvent& ev) {
+    std::vector<ojson> deltas;
+    if (!tool_choice.forced()) {
+      if (!ev.text.empty() || !ev.finished) deltas.push_back(ojson{{"content", ev.text}});
+      return deltas;
+    }
+    for (const auto& d : scanners_[index].feed(ev.text))
+      deltas.push_back(
+          ojson{{"tool_calls", ojson::array({tool_call_delta_json(d, new_tool_call_id)})}});
+    return deltas;
+  }
+
   // ---- the end ----
   void finish_stream() {
     if (kind == Endpoint::kGenerate) return;
@@ -336,10 +369,18 @@ class OpenAIJob : public HttpSink {
     const ChoiceOutput& c = g().choices()[index];
     // OpenAI requires `refusal` (null: halo never refuses); vLLM sends it too.
     ojson msg{{"role", "assistant"}, {"content", chat_echo + c.text}, {"refusal", nullptr}, {"tool_calls", ojson::array()}};
+    size_t num_calls = 0;
+    if (tool_choice.forced()) {  // the text is the calls, read as the stream reads it
+      ToolCallScanner scan(tool_choice);
+      scan.feed(c.text);
+      num_calls = scan.calls().size();
+      msg["content"] = nullptr;
+      msg["tool_calls"] = tool_calls_json(scan.calls(), new_tool_call_id);
+    }
     return ojson{{"index", index},
                  {"message", msg},
                  {"logprobs", chat_logprobs(c.logprobs.data(), c.logprobs.size())},
-                 {"finish_reason", finish_json(c)},
+                 {"finish_reason", finish_json(c, num_calls)},
                  {"stop_reason", stop_reason(c)}};
   }
 
@@ -389,6 +430,8 @@ class OpenAIJob : public HttpSink {
 
   const Generation* g_ = nullptr;
   std::vector<Sent> sent_;
+  // A streamed chat with a forced tool choice: one per choice.
+  std::vector<ToolCallScanner> scanners_;
   bool error_sent_ = false;
 };
 
@@ -563,7 +606,8 @@ HttpResponse OpenAIServer::metrics() {
   return r;
 }
 
-std::string OpenAIServer::render_chat(const Model& m, Fields& f, bool& add_special, std::string* echo_prefix) const {
+std::string OpenAIServer::render_chat(const Model& m, Fields& f, bool& add_special,
+                                      std::string* echo_prefix, ToolChoice* tool_choice) const {
   const json* messages = f.get("messages");
   if (!messages) throw ApiError(400, "'messages' is required", "messages", error_code::kMissingParameter);
   if (!messages->is_array() || messages->empty())
@@ -594,12 +638,8 @@ std::string OpenAIServer::render_chat(const Model& m, Fields& f, bool& add_speci
     validate_tools(*tools);
     rr.tools = nlohmann::ordered_json::parse(tools->dump());
   }
-  if (auto tc = f.get("tool_choice")) {
-    if (!(tc->is_string() && (*tc == "none" || *tc == "auto")))
-      throw ApiError(400,
-                     "'tool_choice' other than \"none\" or \"auto\" is not supported by halo (no tool-call parsing)",
-                     "tool_choice", error_code::kUnsupportedValue);
-  }
+  ToolChoice tc = parse_tool_choice(f);  // validated wherever a chat is rendered
+  if (tool_choice) *tool_choice = std::move(tc);
   if (const json* kw = f.get("chat_template_kwargs")) {
     if (!kw->is_object())
       throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs", error_code::kInvalidType);
@@ -792,7 +832,8 @@ void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>
   job->model_name = m.name();
   job->sreq = parse_sampling(f, Endpoint::kChat, m.defaults);
   bool add_special = false;
-  std::string prompt = render_chat(m, f, add_special, &job->chat_echo);
+  std::string prompt = render_chat(m, f, add_special, &job->chat_echo, &job->tool_choice);
+  constrain_to_tool_choice(job->tool_choice, job->sreq.options);
   Prompt p{prompt, true, m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos))};
   truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
   settle_max_tokens(job->sreq, Endpoint::kChat, static_cast<int>(p.ids.size()), m.max_model_len,

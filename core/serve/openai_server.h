@@ -23,6 +23,7 @@
 #include "serve/generation.h"
 #include "serve/http_server.h"
 #include "serve/served_model.h"
+#include "serve/tool_choice.h"
 
 namespace halo::serve {
 
@@ -61,8 +62,9 @@ class OpenAIServer {
   void start(const std::shared_ptr<OpenAIJob>& job, std::shared_ptr<const ServedModel> model,
              std::vector<Prompt> prompts, const std::shared_ptr<Responder>& res);
 
+  // The chat prompt; `tool_choice` (optional) receives the request's tool_choice.
   std::string render_chat(const Model& m, Fields& f, bool& add_special_default,
-                          std::string* echo_prefix) const;
+                          std::string* echo_prefix, ToolChoice* tool_choice = nullptr) const;
 
   const FrontendContext& ctx_;
   ApiConfig config_;
