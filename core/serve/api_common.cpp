@@ -222,7 +222,7 @@ ApiError to_api_error(const std::exception_ptr& ep) {
   } catch (const json::exception& e) {
     return ApiError(400, std::string("invalid request: ") + e.what());
   } catch (const FieldError& e) {
-    return ApiError(400, e.what(), e.field());
+    return ApiError(400, e.what(), e.field(), error_code::kInvalidValue);
   } catch (const Error& e) {
     return ApiError(400, e.what());
   } catch (const std::exception& e) {
