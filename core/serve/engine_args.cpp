@@ -126,7 +126,7 @@ const std::vector<VllmArg>& vllm_args() {
               "halo does not parse tool calls out of the output yet"),
       refused("reasoning_parser", false, {}, "halo does not separate reasoning output yet"),
       refused("guided_decoding_backend", false, {"auto"},
-              "halo has no guided (structured) decoding yet"),
+              "halo has one guided decoding backend (regex DFA and GBNF grammars): 'auto' is it"),
       refused("ssl_keyfile", false, {},
               "halo serves plain HTTP; terminate TLS in a proxy in front of it"),
       refused("ssl_certfile", false, {},

@@ -125,3 +125,38 @@ void parse_guided(Fields& f, engine::RequestOptions& o) {
 }
 
 }  // namespace halo::serve
+
+namespace halo::serve {
+
+void parse_trtllm_guided(Fields& f, engine::RequestOptions& o) {
+  const std::string what = "guided_decoding_guide";
+  const auto type = f.string("guided_decoding_guide_type");
+  const json* guide = f.get(what);
+  if (!type || type->empty()) {
+    if (guide && !(guide->is_string() && guide->get<std::string>().empty()))
+      throw ApiError(400, "'guided_decoding_guide' needs 'guided_decoding_guide_type'", what, error_code::kInvalidValue);
+    return;
+  }
+  if (*type == "json") {  // any JSON object, as TensorRT-LLM's "json" guide
+    set_guided_regex(o, text::guided::json_schema_to_regex(json{{"type", "object"}}), what);
+    return;
+  }
+  if (*type != "json_schema" && *type != "regex" && *type != "ebnf_grammar")
+    throw ApiError(400,
+                   fmt::format("'guided_decoding_guide_type' {} is not one halo takes (json, json_schema, regex, "
+                               "ebnf_grammar)",
+                               json(*type).dump()),
+                   "guided_decoding_guide_type", error_code::kUnsupportedValue);
+  if (!guide || !guide->is_string() || guide->get<std::string>().empty())
+    throw ApiError(400, fmt::format("'guided_decoding_guide' must be a non-empty string (the {})", *type), what,
+                   error_code::kInvalidValue);
+  if (*type == "json_schema") {
+    set_guided_regex(o, guided_schema_regex(*guide, what), what);
+  } else if (*type == "regex") {
+    set_guided_regex(o, guide->get<std::string>(), what);
+  } else {
+    set_grammar(o, *guide, what);
+  }
+}
+
+}  // namespace halo::serve

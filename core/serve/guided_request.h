@@ -12,6 +12,10 @@ namespace halo::serve {
 
 void parse_guided(Fields& f, engine::RequestOptions& o);
 
+// TensorRT-LLM's inputs (KServe v2 / Triton): guided_decoding_guide_type
+// json, json_schema, regex or ebnf_grammar (GBNF) with guided_decoding_guide.
+void parse_trtllm_guided(Fields& f, engine::RequestOptions& o);
+
 // Sets the output constraint; a 400 naming both when one is already set.
 void set_guided_regex(engine::RequestOptions& o, std::string regex, const std::string& what);
 // A JSON schema (an object, or JSON text) as the regex guided decoding takes;

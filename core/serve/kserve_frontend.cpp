@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "serve/api_common.h"
+#include "serve/guided_request.h"
 #include "serve/single_job.h"
 
 namespace halo::serve {
@@ -91,8 +92,6 @@ void reject_trtllm_inputs(Fields& f) {
       {"lora_weights", "halo serves no LoRA adapters"},
       {"lora_config", "halo serves no LoRA adapters"},
       {"prompt_embedding_table", "prompt tuning tables are not supported"},
-      {"guided_decoding_guide_type", "structured (guided) decoding is not implemented"},
-      {"guided_decoding_guide", "structured (guided) decoding is not implemented"},
       {"decoder_text_input", "encoder-decoder models are not supported"},
       {"image_input", "halo serves text models"},
       {"image_bytes_input", "halo serves text models"},
@@ -392,6 +391,7 @@ void KServeFrontend::generate(const HttpRequest& req, const std::string& name, c
   try {
     f.touch("stream");
     sreq = parse_sampling(f, Endpoint::kGenerate, m.defaults);
+    parse_trtllm_guided(f, sreq.options);
   } catch (const ApiError& e) {
     throw ApiError(e.status(), e.what());
   }

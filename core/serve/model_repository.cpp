@@ -358,8 +358,8 @@ SettingLayer tensorrt_llm_layer(const PbtxtConfig& c) {
       {"lookahead_ngram_size", "halo decodes without speculation"},
       {"lookahead_verification_set_size", "halo decodes without speculation"},
       {"speculative_decoding_fast_logits", "halo decodes without speculation"},
-      {"guided_decoding_backend", "requests asking for guided decoding are refused"},
-      {"xgrammar_tokenizer_info_path", "requests asking for guided decoding are refused"},
+      {"guided_decoding_backend", "halo has one guided decoding backend (regex DFA and GBNF grammars)"},
+      {"xgrammar_tokenizer_info_path", "halo matches grammars against its own tokenizer"},
   };
   SettingLayer layer;
   for (const auto& p : c.parameters) {

@@ -103,6 +103,41 @@ describe('TensorRT-LLM quick start against a model served as ensemble', () => {
     assert.equal(plain.json.output_log_probs, undefined);
   });
 
+  // Checked with JS regexes and JSON.parse, not with halo's matchers.
+  test('guided_decoding_guide_type json, json_schema, regex and ebnf_grammar', async () => {
+    const ask = (extra) => curlJson(`${url}/generate`, { text_input: 'The package', max_tokens: 48, temperature: 1,
+      exclude_input_in_output: true,
+      random_seed: 3, ...extra });
+    const regex = await ask({ guided_decoding_guide_type: 'regex', guided_decoding_guide: '[a-z]{2,8}-[0-9]{1,3}' });
+    assert.equal(regex.status, 200, regex.body);
+    assert.match(regex.json.text_output, /^[a-z]{2,8}-[0-9]{1,3}$/);
+    const grammar = await ask({ guided_decoding_guide_type: 'ebnf_grammar',
+      guided_decoding_guide: 'root ::= "apt " verb " " [a-z]{1,10}\nverb ::= "install" | "remove"' });
+    assert.equal(grammar.status, 200, grammar.body);
+    assert.match(grammar.json.text_output, /^apt (install|remove) [a-z]{1,10}$/);
+    const schema = { type: 'object', properties: { n: { type: 'integer', minimum: 0, maximum: 9 } }, required: ['n'],
+      additionalProperties: false };
+    const js = await ask({ guided_decoding_guide_type: 'json_schema', guided_decoding_guide: JSON.stringify(schema) });
+    assert.equal(js.status, 200, js.body);
+    const v = JSON.parse(js.json.text_output);
+    assert.deepEqual(Object.keys(v), ['n']);
+    assert.ok(Number.isInteger(v.n) && v.n >= 0 && v.n <= 9, js.body);
+    const obj = await ask({ guided_decoding_guide_type: 'json', max_tokens: 200, return_finish_reason: true });
+    assert.equal(obj.status, 200, obj.body);
+    if (obj.json.finish_reason === 'stop') assert.equal(typeof JSON.parse(obj.json.text_output), 'object', obj.body);
+    else assert.match(obj.json.text_output, /^\{/, obj.body);
+    for (const [extra, re] of [
+      [{ guided_decoding_guide_type: 'structural_tag', guided_decoding_guide: '{}' }, /guided_decoding_guide_type/],
+      [{ guided_decoding_guide_type: 'regex' }, /guided_decoding_guide/],
+      [{ guided_decoding_guide: 'a+' }, /needs 'guided_decoding_guide_type'/],
+      [{ guided_decoding_guide_type: 'ebnf_grammar', guided_decoding_guide: 'root ::= x' }, /never defined/],
+    ]) {
+      const r = await ask(extra);
+      assert.equal(r.status, 400, `${JSON.stringify(extra)}: ${r.body}`);
+      assert.match(r.json.error, re);
+    }
+  });
+
   test('the ensemble\'s other inputs: accepted, or refused naming them', async () => {
     const ok = await curlJson(`${url}/generate`, {
       text_input: 'The package', max_tokens: 4, end_id: 2, pad_id: 2, beam_width: 1, length_penalty: 1.0,
