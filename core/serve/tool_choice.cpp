@@ -24,6 +24,23 @@ json parameters_of(const json& tool) {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
+// A schema moved to `base` (a JSON pointer) inside a larger one: its local
+// $refs ("#", "#/$defs/x") are rewritten to point below `base`. (A `const` or
+// `enum` value that holds {"$ref": "#..."} as data would be rewritten too.)
+json rebased(json schema, const std::string& base) {
+  if (schema.is_object()) {
+    for (auto& [key, v] : schema.items()) {
+      if (key == "$ref" && v.is_string() && v.get_ref<const std::string&>().starts_with("#"))
+        v = "#" + base + v.get_ref<const std::string&>().substr(1);
+      else
+        v = rebased(std::move(v), base);
+    }
+  } else if (schema.is_array()) {
+    for (auto& v : schema) v = rebased(std::move(v), base);
+  }
+  return schema;
+}
+
 }  // namespace
 
 ToolChoice parse_tool_choice(Fields& f) {
@@ -75,8 +92,9 @@ json required_tools_schema(const json& tools, bool parallel_tool_calls) {
   json alts = json::array();
   for (const auto& t : tools) {
     json name{{"enum", json::array({t["function"]["name"]})}};
+    const std::string base = fmt::format("/items/anyOf/{}/properties/parameters", alts.size());
     alts.push_back({{"type", "object"},
-                    {"properties", {{"name", std::move(name)}, {"parameters", parameters_of(t)}}},
+                    {"properties", {{"name", std::move(name)}, {"parameters", rebased(parameters_of(t), base)}}},
                     {"required", json::array({"name", "parameters"})},
                     {"additionalProperties", false}});
   }
@@ -87,7 +105,7 @@ json required_tools_schema(const json& tools, bool parallel_tool_calls) {
 
 void constrain_to_tool_choice(const ToolChoice& tc, engine::RequestOptions& o) {
   if (!tc.forced()) return;
-  if (!o.guided_regex.empty())
+  if (!o.guided_regex.empty() || !o.guided_grammar.empty())
     throw ApiError(
         400, fmt::format("'{}' and 'tool_choice' cannot both constrain the output", o.guided_what),
         "tool_choice", error_code::kInvalidValue);

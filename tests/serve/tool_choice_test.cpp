@@ -249,15 +249,17 @@ TEST(ToolChoiceRequest, MistakesAreA400NamingTheField) {
   }
   // A named function does not compile the other tools' schemas.
   EXPECT_EQ(error_of({{"tool_choice", fn}, {"tools", tools}}), "accepted");
-  // A $ref resolves against the tool's own schema; inside "required"'s array
-  // it cannot (docs/serving.md, "Tool choice").
+  // A $ref resolves against the tool's own schema, also once "required" has
+  // put it inside its array (the reference is rebased).
   tools[1]["function"]["parameters"] = json::parse(
       R"({"$defs": {"c": {"type": "string"}}, "type": "object", "properties": {"a": {"$ref": "#/$defs/c"}}})");
   EXPECT_EQ(error_of({{"tool_choice", {{"type", "function"}, {"function", {{"name", "now"}}}}},
                       {"tools", tools}}),
             "accepted");
-  EXPECT_TRUE(
-      error_of({{"tool_choice", "required"}, {"tools", tools}}).starts_with("tools: 'tools': "));
+  EXPECT_EQ(error_of({{"tool_choice", "required"}, {"tools", tools}}), "accepted");
+  const json schema = required_tools_schema(tools, true);
+  EXPECT_EQ(schema["items"]["anyOf"][1]["properties"]["parameters"]["properties"]["a"]["$ref"],
+            "#/items/anyOf/1/properties/parameters/$defs/c");
 }
 
 TEST(ToolChoiceResponse, FinishReasonFollowsOpenAI) {
