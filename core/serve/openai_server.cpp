@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "serve/api_common.h"
+#include "serve/tool_messages.h"
 
 namespace halo::serve {
 
@@ -606,7 +607,7 @@ HttpResponse OpenAIServer::metrics() {
   return r;
 }
 
-std::string OpenAIServer::render_chat(const Model& m, Fields& f, bool& add_special,
+std::string OpenAIServer::render_chat(const Model& m, Fields& f, std::string_view body, bool& add_special,
                                       std::string* echo_prefix, ToolChoice* tool_choice) const {
   const json* messages = f.get("messages");
   if (!messages) throw ApiError(400, "'messages' is required", "messages", error_code::kMissingParameter);
@@ -632,11 +633,15 @@ std::string OpenAIServer::render_chat(const Model& m, Fields& f, bool& add_speci
                    "--trust-request-chat-template",
                    "chat_template");
   text::ChatRenderRequest rr;
-  // The JSON depth limit (parse_request) keeps these recursive copies bounded.
-  rr.messages = nlohmann::ordered_json::parse(messages->dump());
+  // Fields' JSON has its keys sorted; the template prints messages and tools
+  // (their JSON schemas, arguments) in the client's order, as Python would.
+  // The body parsed once already, within the depth limit (parse_request).
+  const ojson ordered = ojson::parse(body);
+  rr.messages = ordered["messages"];
+  prepare_tool_messages(rr.messages);
   if (const json* tools = f.get("tools")) {
     validate_tools(*tools);
-    rr.tools = nlohmann::ordered_json::parse(tools->dump());
+    rr.tools = ordered["tools"];
   }
   ToolChoice tc = parse_tool_choice(f);  // validated wherever a chat is rendered
   if (tool_choice) *tool_choice = std::move(tc);
@@ -688,7 +693,7 @@ HttpResponse OpenAIServer::tokenize(const HttpRequest& req) {
   std::vector<int32_t> ids;
   if (f.get("messages")) {
     bool add_special = false;
-    std::string prompt = render_chat(m, f, add_special, nullptr);
+    std::string prompt = render_chat(m, f, req.body, add_special, nullptr);
     ids = m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos));
   } else {
     auto prompt = f.string("prompt");
@@ -730,7 +735,7 @@ HttpResponse OpenAIServer::chat_render(const HttpRequest& req) {
   Fields f(body);
   f.touch("model");
   bool add_special = false;
-  std::string prompt = render_chat(m, f, add_special, nullptr);
+  std::string prompt = render_chat(m, f, req.body, add_special, nullptr);
   auto ids = m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos));
   f.log_unknown("/v1/chat/completions/render");
   return json_response(200, ojson{{"model", m.name()},
@@ -832,7 +837,7 @@ void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>
   job->model_name = m.name();
   job->sreq = parse_sampling(f, Endpoint::kChat, m.defaults);
   bool add_special = false;
-  std::string prompt = render_chat(m, f, add_special, &job->chat_echo, &job->tool_choice);
+  std::string prompt = render_chat(m, f, req.body, add_special, &job->chat_echo, &job->tool_choice);
   constrain_to_tool_choice(job->tool_choice, job->sreq.options);
   Prompt p{prompt, true, m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos))};
   truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);

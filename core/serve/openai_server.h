@@ -63,7 +63,8 @@ class OpenAIServer {
              std::vector<Prompt> prompts, const std::shared_ptr<Responder>& res);
 
   // The chat prompt; `tool_choice` (optional) receives the request's tool_choice.
-  std::string render_chat(const Model& m, Fields& f, bool& add_special_default,
+  // `body` is the request's text: messages and tools reach the template in its key order.
+  std::string render_chat(const Model& m, Fields& f, std::string_view body, bool& add_special_default,
                           std::string* echo_prefix, ToolChoice* tool_choice = nullptr) const;
 
   const FrontendContext& ctx_;
