@@ -213,6 +213,13 @@ TEST(HermesParser, CompleteObjectWithoutClosingTagIsACall) {
         {call("f", R"({"x": 1})")});
 }
 
+TEST(HermesParser, TextAfterAnUnclosedObjectAndStrayClosingTags) {
+  check("hermes", "<tool_call>{\"name\": \"f\"}\n</tool_x and more", "\n</tool_x and more",
+        {call("f", "{}")});
+  check("hermes", "a</tool_call>b <tool_call>{\"name\": \"f\"}</tool_call></tool_call>\n", "ab ",
+        {call("f", "{}")});
+}
+
 TEST(HermesParser, MalformedCallAndTheRestAreContent) {
   std::string bad =
       "<tool_call>\nget_weather(city=\"Paris\")\n</tool_call> then <tool_call>{\"name\": "
@@ -328,6 +335,14 @@ TEST(MistralParser, PlainText) {
   check("mistral", "cut [TOOL_CALL", "cut [TOOL_CALL", {});
 }
 
+TEST(MistralParser, TextAfterCallsAndEmptyArray) {
+  check("mistral", "[TOOL_CALLS][]", "", {});
+  check("mistral", "[TOOL_CALLS]f[ARGS]{}\n\nAnything else?", "\n\nAnything else?",
+        {call("f", "{}")});
+  std::string bare = "[TOOL_CALLS]Sorry, no tool fits.";
+  check("mistral", bare, bare, {}, false);
+}
+
 TEST(MistralParser, NeverClosedCallIsContent) {
   std::string text = "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par";
   check("mistral", text, text, {}, false);
@@ -406,6 +421,8 @@ TEST(PythonicParser, NeverClosedCallIsContent) {
   check("pythonic", "[a(x=1), b(y=", " b(y=", {call("a", R"({"x": 1})")}, false);
   check("pythonic", "[a(x=1)", "", {call("a", R"({"x": 1})")});
 }
+
+TEST(PythonicParser, EmptyListIsContent) { check("pythonic", "[]", "[]", {}, false); }
 
 TEST(PythonicParser, WhatIsNotALiteralIsContent) {
   for (std::string text : {"[f(x=foo)]", "[f(1)]", "[f(x=1+2)]", "[f(x={1, 2})]", "[f(x=1j)]"}) {
