@@ -430,6 +430,48 @@ TEST(PythonicParser, WhatIsNotALiteralIsContent) {
   }
 }
 
+// ---- every format, cut anywhere ----
+
+// Generation can stop after any character (max_tokens): every prefix of these
+// outputs, parsed whole and byte by byte, gives the same calls and content,
+// never throws, and its calls' arguments are JSON objects.
+TEST(ToolParsers, EveryPrefixParsesTheSameWholeAndByteByByte) {
+  const std::vector<std::pair<std::string, std::string>> outputs = {
+      {"hermes",
+       "Sure ✓\n<tool_call>\n{\"arguments\": {\"q\": \"</tool_call> é\"}, \"name\": "
+       "\"s\"}\n</tool_call>\n"
+       "<tool_call>\n{\"name\": \"t\", \"arguments\": {\"n\": [1, -2.5e3, true, "
+       "null]}}\n</tool_call>"},
+      {"llama3_json",
+       "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"x\": \"{;}\"}}; {\"name\": \"b\", "
+       "\"parameters\": {\"y\": [\"日本\"]}}"},
+      {"mistral",
+       "Ok [TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": \"]}\"}}, {\"name\": \"b\", "
+       "\"arguments\": {}}][TOOL_CALLS]c[ARGS]{\"z\": 1}"},
+      {"pythonic", "[a(x='é]', y=[1, {'k': None}]), b(z=-3.5, w=\"q\\\"\")]"},
+  };
+  for (const auto& [parser, text] : outputs) {
+    for (size_t n = 0; n <= text.size(); ++n) {
+      if (n < text.size() && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) continue;
+      std::string_view cut = std::string_view(text).substr(0, n);
+      SCOPED_TRACE(parser + " cut at " + std::to_string(n) + ": " + std::string(cut));
+      Outcome whole = run(parser, {cut});
+      std::vector<std::string_view> bytes;
+      for (size_t i = 0; i < n; ++i) bytes.push_back(cut.substr(i, 1));
+      Outcome split = run(parser, bytes);
+      EXPECT_EQ(whole.content, split.content);
+      ASSERT_EQ(whole.calls.size(), split.calls.size());
+      for (size_t i = 0; i < whole.calls.size(); ++i) {
+        EXPECT_EQ(whole.calls[i].name, split.calls[i].name);
+        EXPECT_EQ(whole.calls[i].arguments, split.calls[i].arguments);
+        EXPECT_TRUE(json::parse(whole.calls[i].arguments, nullptr, false).is_object())
+            << whole.calls[i].arguments;
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 // ---- which parser a template implies ----
 
 TEST(ToolParserForTemplate, SmallTemplates) {
