@@ -55,6 +55,9 @@ const std::vector<VllmArg>& vllm_args() {
       setting("kv_cache_memory_bytes", "kv-cache-memory"),
       setting("max_num_batched_tokens", "max-num-batched-tokens"),
       setting("max_num_seqs", "max-num-seqs"),
+      setting("enable_auto_tool_choice", "enable-auto-tool-choice", true),
+      setting("tool_call_parser", "tool-call-parser"),
+      setting("reasoning_parser", "reasoning-parser"),
       // Accepted; nothing in halo to change.
       no_effect("trust_remote_code", true, {},
                 "halo runs no Python code from model repositories; the architectures it serves are "
@@ -119,12 +122,6 @@ const std::vector<VllmArg>& vllm_args() {
       refused("speculative_config", false, {}, "halo does not decode speculatively yet"),
       refused("speculative_model", false, {}, "halo does not decode speculatively yet"),
       refused("num_speculative_tokens", false, {}, "halo does not decode speculatively yet"),
-      refused("enable_auto_tool_choice", true, {},
-              "halo renders tools into the chat template but does not parse tool calls out of the "
-              "output yet"),
-      refused("tool_call_parser", false, {},
-              "halo does not parse tool calls out of the output yet"),
-      refused("reasoning_parser", false, {}, "halo does not separate reasoning output yet"),
       refused("guided_decoding_backend", false, {"auto"},
               "halo has one guided decoding backend (regex DFA and GBNF grammars): 'auto' is it"),
       refused("ssl_keyfile", false, {},

@@ -14,6 +14,7 @@
 #include "model/gguf_model.h"
 #include "model/model_loader.h"
 #include "serve/tokenizer_files.h"
+#include "serve/tool_parsers.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace halo::serve {
@@ -278,6 +279,16 @@ std::shared_ptr<ServedModel> load_one(const ModelSettings& s, const LoadOptions&
   auto sm = ServedModel::make(names, s.dir.string(), eng, std::move(tpl));
   sm->version = s.version;
   sm->max_batch_size = s.max_batch_size;
+  sm->reasoning_parser = s.reasoning_parser;
+  if (s.enable_auto_tool_choice) {
+    sm->tool_parser = s.tool_call_parser;
+    if (sm->tool_parser.empty() && sm->chat_template)
+      sm->tool_parser = tool_parser_for_template(sm->chat_template->source());
+  }
+  if (!sm->tool_parser.empty() || !sm->reasoning_parser.empty())
+    spdlog::info("model '{}': tool calls parsed as {}, reasoning parsed as {}", s.name,
+                 sm->tool_parser.empty() ? "(none)" : sm->tool_parser,
+                 sm->reasoning_parser.empty() ? "(none)" : sm->reasoning_parser);
   spdlog::info(
       "model {} loaded in {:.2f} s; serving '{}' (max_model_len {}, {} KV blocks of {} tokens)",
       dir.string(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "serve/api_common.h"
+#include "serve/chat_output.h"
 #include "serve/tool_messages.h"
 
 namespace halo::serve {
@@ -102,14 +103,17 @@ class OpenAIJob : public HttpSink {
   int completion_logprobs = -1;  // completions: logprobs k
   bool want_prompt_logprobs = false;
   ToolChoice tool_choice;  // chat: "required" or a named function makes the text tool_calls
+  // chat: the model's parsers ("": none), and whether guided decoding holds the output
+  std::string tool_parser, reasoning_parser;
+  bool constrained = false;
 
   explicit OpenAIJob(Endpoint k) : kind(k) {}
 
   void on_start(Generation& g) override {
     g_ = &g;
     sent_.assign(g.choices().size(), {});
-    if (stream && tool_choice.forced())
-      scanners_.assign(g.choices().size(), ToolCallScanner(tool_choice));
+    if (stream && kind == Endpoint::kChat)
+      for (size_t i = 0; i < g.choices().size(); ++i) outputs_.push_back(chat_output());
     if (stream) begin_stream();
   }
 
@@ -145,12 +149,14 @@ class OpenAIJob : public HttpSink {
   const text::Tokenizer& tokenizer() const { return g_->model().tokenizer(); }
   int n() const { return g_->n(); }
 
-  // With a forced tool choice, OpenAI's finish_reason for it (`num_calls`: the calls made).
-  ojson finish_json(const ChoiceOutput& c, size_t num_calls = 0) const {
+  // `out`: a chat choice's output, whose tool calls may make it "tool_calls".
+  static ojson finish_json(const ChoiceOutput& c, const ChatOutput* out = nullptr) {
     const char* name = finish_name(c.finish_reason);
-    if (kind == Endpoint::kChat) name = tool_choice_finish_reason(tool_choice, name, num_calls);
+    if (out) name = out->finish_reason(name);
     return name ? ojson(name) : ojson(nullptr);
   }
+
+  ChatOutput chat_output() const { return ChatOutput(tool_choice, tool_parser, reasoning_parser, constrained); }
 
   // vLLM's stop_reason: the stop string as given, or the stop token's id.
   ojson stop_reason(const ChoiceOutput& c) const {
@@ -297,12 +303,12 @@ class OpenAIJob : public HttpSink {
     if (ev.text.empty() && !ev.finished && !have_logprobs && sent.started) return;
     std::vector<ojson> deltas;
     if (kind == Endpoint::kChat) deltas = chat_deltas(index, ev);
-    const size_t num_calls = scanners_.empty() ? 0 : scanners_[index].calls().size();
-    const ojson finish = ev.finished ? finish_json(c, num_calls) : ojson(nullptr);
+    const ojson finish =
+        ev.finished ? finish_json(c, kind == Endpoint::kChat ? &outputs_[index] : nullptr) : ojson(nullptr);
     const ojson stop = ev.finished ? stop_reason(c) : ojson(nullptr);
     if (kind == Endpoint::kChat) {
       if (deltas.empty()) {
-        if (!ev.finished && !have_logprobs) return;  // tool calls: text that completes no delta yet
+        if (!ev.finished && !have_logprobs) return;  // parsed: text that decides nothing yet
         deltas.push_back(ojson::object());
       }
       // The event's logprobs and finish go on its last chunk.
@@ -340,17 +346,21 @@ class OpenAIJob : public HttpSink {
     sent.started = true;
   }
 
-  // A chat event's deltas: its text as content, or with a forced tool choice
-  // the tool_calls entries it completes (none yet: empty).
+  // A chat event's deltas: its text as content, or what the parsers decide
+  // of it (reasoning, content, tool_calls entries; none yet: empty).
   std::vector<ojson> chat_deltas(size_t index, const StreamEvent& ev) {
+    ChatOutput& o = outputs_[index];
     std::vector<ojson> deltas;
-    if (!tool_choice.forced()) {
+    if (o.passthrough()) {
       if (!ev.text.empty() || !ev.finished) deltas.push_back(ojson{{"content", ev.text}});
       return deltas;
     }
-    for (const auto& d : scanners_[index].feed(ev.text))
-      deltas.push_back(
-          ojson{{"tool_calls", ojson::array({tool_call_delta_json(d, new_tool_call_id)})}});
+    ChatDelta d = o.feed(ev.text);
+    if (ev.finished) append(d, o.finish());
+    if (!d.reasoning.empty()) deltas.push_back(ojson{{"reasoning_content", d.reasoning}});
+    if (!d.content.empty()) deltas.push_back(ojson{{"content", d.content}});
+    for (const auto& t : d.tool_calls)
+      deltas.push_back(ojson{{"tool_calls", ojson::array({tool_call_delta_json(t, new_tool_call_id)})}});
     return deltas;
   }
 
@@ -370,18 +380,21 @@ class OpenAIJob : public HttpSink {
     const ChoiceOutput& c = g().choices()[index];
     // OpenAI requires `refusal` (null: halo never refuses); vLLM sends it too.
     ojson msg{{"role", "assistant"}, {"content", chat_echo + c.text}, {"refusal", nullptr}, {"tool_calls", ojson::array()}};
-    size_t num_calls = 0;
-    if (tool_choice.forced()) {  // the text is the calls, read as the stream reads it
-      ToolCallScanner scan(tool_choice);
-      scan.feed(c.text);
-      num_calls = scan.calls().size();
-      msg["content"] = nullptr;
-      msg["tool_calls"] = tool_calls_json(scan.calls(), new_tool_call_id);
+    ChatOutput o = chat_output();  // the text read as the stream reads it
+    if (!o.passthrough()) {
+      ChatDelta d = o.feed(c.text);
+      append(d, o.finish());
+      // Only calls: content is null, as OpenAI's.
+      const bool only_calls = !o.calls().empty() && d.content.empty() && chat_echo.empty();
+      msg["content"] = tool_choice.forced() || only_calls ? ojson(nullptr) : ojson(chat_echo + d.content);
+      msg["tool_calls"] = tool_calls_json(o.calls(), new_tool_call_id);
+      if (!reasoning_parser.empty())
+        msg["reasoning_content"] = d.reasoning.empty() ? ojson(nullptr) : ojson(d.reasoning);
     }
     return ojson{{"index", index},
                  {"message", msg},
                  {"logprobs", chat_logprobs(c.logprobs.data(), c.logprobs.size())},
-                 {"finish_reason", finish_json(c, num_calls)},
+                 {"finish_reason", finish_json(c, &o)},
                  {"stop_reason", stop_reason(c)}};
   }
 
@@ -431,8 +444,8 @@ class OpenAIJob : public HttpSink {
 
   const Generation* g_ = nullptr;
   std::vector<Sent> sent_;
-  // A streamed chat with a forced tool choice: one per choice.
-  std::vector<ToolCallScanner> scanners_;
+  // A streamed chat: each choice's output.
+  std::vector<ChatOutput> outputs_;
   bool error_sent_ = false;
 };
 
@@ -839,6 +852,9 @@ void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>
   bool add_special = false;
   std::string prompt = render_chat(m, f, req.body, add_special, &job->chat_echo, &job->tool_choice);
   constrain_to_tool_choice(job->tool_choice, job->sreq.options);
+  job->tool_parser = m.tool_parser;
+  job->reasoning_parser = m.reasoning_parser;
+  job->constrained = !job->sreq.options.guided_regex.empty() || !job->sreq.options.guided_grammar.empty();
   Prompt p{prompt, true, m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos))};
   truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
   settle_max_tokens(job->sreq, Endpoint::kChat, static_cast<int>(p.ids.size()), m.max_model_len,

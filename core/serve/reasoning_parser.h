@@ -29,6 +29,9 @@ class ReasoningParser {
   };
   Delta feed(std::string_view text);
   Delta finish();  // the end of the output: what was held back
+  // Whether the prompt opens the reasoning (deepseek_r1), so that text
+  // without any marker is reasoning.
+  bool opened_by_prompt() const { return opened_by_prompt_; }
 
  private:
   enum class State { kStart, kReasoning, kContent };

@@ -27,6 +27,9 @@ struct ServedModel {
   int num_blocks = 0;
   int max_num_seqs = 0;
   std::string bos, eos;
+  // Chat output parsing: "" for none (serving_config.h, ModelSettings).
+  std::string tool_parser;       // tool calls, for requests with tools and tool_choice auto
+  std::string reasoning_parser;  // <think> text into reasoning_content
 
   const std::string& name() const { return names.front(); }
   const text::Tokenizer& tokenizer() const { return engine->tokenizer(); }

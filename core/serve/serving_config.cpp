@@ -11,6 +11,8 @@
 #include <limits>
 #include <set>
 
+#include "serve/reasoning_parser.h"
+#include "serve/tool_parsers.h"
 #include "common/error.h"
 #include "model/quantize.h"
 #include "serve/engine_args.h"
@@ -116,7 +118,10 @@ const std::vector<std::string>& setting_keys() {
                                                 "kv-cache-dtype",
                                                 "quantization",
                                                 "quantization-group-size",
-                                                "rolling-batch"};
+                                                "rolling-batch",
+                                                "enable-auto-tool-choice",
+                                                "tool-call-parser",
+                                                "reasoning-parser"};
   return keys;
 }
 
@@ -210,6 +215,16 @@ void apply_setting(ModelSettings& m, const Setting& s) {
     if (r != "auto" && r != "vllm" && r != "lmi-dist" && r != "trtllm" && r != "scheduler")
       bad(s, "expected auto, vllm, lmi-dist, trtllm or scheduler (all run halo's continuous batching)");
     m.rolling_batch = r;
+  } else if (key == "enable-auto-tool-choice") {
+    m.enable_auto_tool_choice = to_bool(s);
+  } else if (key == "tool-call-parser") {
+    const auto& names = ToolCallParser::names();
+    if (std::find(names.begin(), names.end(), lower(v)) == names.end())
+      bad(s, fmt::format("expected one of {}", fmt::join(names, ", ")));
+    m.tool_call_parser = lower(v);
+  } else if (key == "reasoning-parser") {
+    if (!ReasoningParser::known(lower(v))) bad(s, "expected deepseek_r1 or qwen3");
+    m.reasoning_parser = lower(v);
   } else {
     throw Error(fmt::format("{}: unknown setting '{}' (known: {})", s.source, s.key, fmt::join(setting_keys(), ", ")));
   }
@@ -351,6 +366,9 @@ std::string describe(const ModelSettings& s) {
   row("quantization-group-size",
       e.quantization_group_size ? std::to_string(e.quantization_group_size) : "default");
   row("rolling-batch", s.rolling_batch);
+  row("enable-auto-tool-choice", s.enable_auto_tool_choice ? "true" : "false");
+  row("tool-call-parser", s.tool_call_parser.empty() ? "from the chat template" : s.tool_call_parser);
+  row("reasoning-parser", s.reasoning_parser.empty() ? "none" : s.reasoning_parser);
   return out;
 }
 

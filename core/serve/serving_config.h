@@ -40,6 +40,12 @@ struct ModelSettings {
   std::string dtype = "auto";
   int tensor_parallel_size = 1;             // 0: every chip of the device ("max")
   std::string rolling_batch = "auto";
+  // Chat output parsing (vLLM's flags): tool calls out of the text when a
+  // request has tools ("" parser: the one the chat template implies), and
+  // <think> reasoning into reasoning_content ("": none).
+  bool enable_auto_tool_choice = true;
+  std::string tool_call_parser;
+  std::string reasoning_parser;
   std::map<std::string, std::string> origin;  // key -> source of the value in effect
 
   std::filesystem::path load_dir() const { return compiled_model_dir.empty() ? dir : compiled_model_dir; }

@@ -46,10 +46,13 @@ json rebased(json schema, const std::string& base) {
 ToolChoice parse_tool_choice(Fields& f) {
   ToolChoice tc;
   if (auto p = f.boolean("parallel_tool_calls")) tc.parallel_tool_calls = *p;
+  const json* listed = f.get("tools");
+  tc.has_tools = listed && listed->is_array() && !listed->empty();
   const json* c = f.get("tool_choice");
   if (!c) return tc;
   if (c->is_string()) {
     const auto& s = c->get_ref<const std::string&>();
+    tc.none = s == "none";
     if (s == "none" || s == "auto") return tc;
     if (s != "required")
       throw ApiError(400, fmt::format("{}, got \"{}\"", kToolChoiceShape, s), "tool_choice",
@@ -286,14 +289,6 @@ void ToolCallScanner::step(char c, std::vector<ToolCallDelta>& out) {
 }
 
 // ------------------------------------------------------------ the response
-
-const char* tool_choice_finish_reason(const ToolChoice& tc, const char* engine_reason,
-                                      size_t num_calls) {
-  if (tc.mode == ToolChoice::Mode::kRequired && engine_reason &&
-      std::string_view(engine_reason) == "stop" && num_calls > 0)
-    return "tool_calls";
-  return engine_reason;
-}
 
 ojson tool_calls_json(const std::vector<ToolCall>& calls,
                       const std::function<std::string()>& new_id) {

@@ -32,7 +32,11 @@ struct ToolChoice {
   std::string name;                 // kNamed
   json tools;                       // kNamed, kRequired: the request's (validated) tools
   bool parallel_tool_calls = true;  // kRequired: false allows one call only
+  bool none = false;                // "none": the model is not to call tools
+  bool has_tools = false;           // the request lists tools
   bool forced() const { return mode != Mode::kFree; }
+  // tool_choice auto (or absent) with tools: calls are parsed out of free text.
+  bool auto_parse() const { return mode == Mode::kFree && !none && has_tools; }
 };
 
 // Reads tool_choice and parallel_tool_calls (`tools` is already validated by
@@ -115,12 +119,6 @@ class ToolCallScanner {
   bool escape_ = false;     // ... just after a backslash
   bool scalar_ = false;     // kValue: a number or literal (ends at a delimiter)
 };
-
-// OpenAI's finish_reason for a forced tool choice: "tool_calls" for "required"
-// when the engine stopped on its own with a call made; otherwise the engine's
-// (named functions end with "stop", as OpenAI's do; "length" stays).
-const char* tool_choice_finish_reason(const ToolChoice& tc, const char* engine_reason,
-                                      size_t num_calls);
 
 // message.tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}];
 // `new_id` makes each call's id ("chatcmpl-tool-<hex>").

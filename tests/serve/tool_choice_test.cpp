@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "serve/chat_output.h"
 #include "text/guided/regex_dfa.h"
 
 namespace halo::serve {
@@ -262,13 +263,57 @@ TEST(ToolChoiceRequest, MistakesAreA400NamingTheField) {
             "#/items/anyOf/1/properties/parameters/$defs/c");
 }
 
-TEST(ToolChoiceResponse, FinishReasonFollowsOpenAI) {
-  EXPECT_STREQ(tool_choice_finish_reason(required(), "stop", 2), "tool_calls");
-  EXPECT_STREQ(tool_choice_finish_reason(required(), "length", 1), "length");
-  EXPECT_STREQ(tool_choice_finish_reason(required(), "stop", 0), "stop");
-  EXPECT_STREQ(tool_choice_finish_reason(named("f"), "stop", 1), "stop");
-  EXPECT_STREQ(tool_choice_finish_reason(ToolChoice{}, "stop", 0), "stop");
-  EXPECT_EQ(tool_choice_finish_reason(required(), nullptr, 1), nullptr);
+TEST(ChatOutput, FinishReasonFollowsOpenAI) {
+  auto reason = [](const ToolChoice& tc, const std::string& parser, const std::string& text,
+                   const char* engine) {
+    ChatOutput o(tc, parser, "", false);
+    o.feed(text);
+    o.finish();
+    const char* r = o.finish_reason(engine);
+    return std::string(r ? r : "null");
+  };
+  const std::string call = R"([{"name": "f", "parameters": {}}])";
+  EXPECT_EQ(reason(required(), "", call, "stop"), "tool_calls");
+  EXPECT_EQ(reason(required(), "", call, "length"), "length");
+  EXPECT_EQ(reason(required(), "", "", "stop"), "stop");
+  EXPECT_EQ(reason(named("f"), "", "{}", "stop"), "stop");  // a named function ends with "stop"
+  EXPECT_EQ(reason(required(), "", call, nullptr), "null");
+  ToolChoice autotc;
+  autotc.has_tools = true;
+  const std::string hermes = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+  EXPECT_EQ(reason(autotc, "hermes", hermes, "stop"), "tool_calls");
+  EXPECT_EQ(reason(autotc, "hermes", "plain text", "stop"), "stop");
+  EXPECT_EQ(reason(autotc, "", hermes, "stop"), "stop");  // no parser: the text is content
+  ToolChoice none = autotc;
+  none.none = true;
+  EXPECT_EQ(reason(none, "hermes", hermes, "stop"), "stop");
+}
+
+// Reasoning, then an auto-parsed call, then text: the same in every split.
+TEST(ChatOutput, ReasoningThenToolCallsInAnySplit) {
+  ToolChoice tc;
+  tc.has_tools = true;
+  const std::string out =
+      "<think>\nNeed the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
+      "\"arguments\": {\"city\": \"Z\u00fcrich\"}}\n</tool_call>";
+  for (size_t cut = 0; cut <= out.size(); ++cut) {
+    ChatOutput o(tc, "hermes", "qwen3", false);
+    ChatDelta d = o.feed(out.substr(0, cut));
+    append(d, o.feed(out.substr(cut)));
+    append(d, o.finish());
+    EXPECT_EQ(d.reasoning, "\nNeed the weather.\n") << cut;
+    ASSERT_EQ(o.calls().size(), 1u) << cut;
+    EXPECT_EQ(o.calls()[0].name, "get_weather");
+    EXPECT_EQ(o.calls()[0].arguments, "{\"city\": \"Z\u00fcrich\"}");
+    EXPECT_EQ(d.content.find("tool_call"), std::string::npos) << cut << ": " << d.content;
+    EXPECT_EQ(d.content.find("think"), std::string::npos) << cut << ": " << d.content;
+  }
+  // Guided decoding holds the output from its first token: no reasoning then.
+  ChatOutput guided(ToolChoice{}, "", "deepseek_r1", true);
+  ChatDelta d = guided.feed("{\"a\": 1}");
+  append(d, guided.finish());
+  EXPECT_EQ(d.content, "{\"a\": 1}");
+  EXPECT_TRUE(d.reasoning.empty());
 }
 
 TEST(ToolChoiceResponse, CallsAndDeltasInOpenAIsShape) {

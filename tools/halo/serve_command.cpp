@@ -61,6 +61,9 @@ struct ServeOptions {
   int port = 8000;
   std::vector<std::string> served_model_names;
   std::string chat_template;
+  bool enable_auto_tool_choice = true;
+  std::string tool_call_parser;
+  std::string reasoning_parser;
   std::string api_key;
   std::string dtype = "auto";
   std::string tensor_parallel_size = "1";
@@ -131,6 +134,9 @@ SettingLayer cli_layer(const CLI::App& cmd, const ServeOptions& o) {
       {"download-dir", o.source.hub.cache_dir.string()},
       {"hf-token", o.source.hub.token},
       {"compiled-model-dir", o.source.compiled_model_dir},
+      {"enable-auto-tool-choice", b(o.enable_auto_tool_choice)},
+      {"tool-call-parser", o.tool_call_parser},
+      {"reasoning-parser", o.reasoning_parser},
   };
   SettingLayer layer;
   for (const auto& [key, value] : values)
@@ -440,6 +446,13 @@ void add_serve_command(CLI::App& app) {
                   "and metrics (default: the model argument)");
   cmd->add_option("--chat-template", o->chat_template,
                   "Jinja chat template file (or inline template) instead of tokenizer_config.json's");
+  cmd->add_flag("--enable-auto-tool-choice,!--no-enable-auto-tool-choice", o->enable_auto_tool_choice,
+                "Parse tool calls out of the output when a request has tools and tool_choice auto (vLLM's flag; "
+                "on by default in halo)");
+  cmd->add_option("--tool-call-parser", o->tool_call_parser,
+                  "hermes, llama3_json, mistral or pythonic (default: the one the chat template implies)");
+  cmd->add_option("--reasoning-parser", o->reasoning_parser,
+                  "deepseek_r1 or qwen3: <think> text goes to reasoning_content (default: none)");
   cmd->add_option("--api-key", o->api_key,
                   "Require 'Authorization: Bearer KEY' (env HALO_API_KEY or VLLM_API_KEY); /health and /metrics stay open")
       ->envname("HALO_API_KEY");
