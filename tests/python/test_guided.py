@@ -58,10 +58,10 @@ def check_grammar_output(name, ref, c):
         assert ref.is_prefix(text), f"{name}: {c.text!r} is not a prefix of the grammar's language"
 
 
-def sample(llm, prompt, fields, max_tokens=160):
-    params = {"n": SAMPLES, "temperature": 1.0, "max_tokens": max_tokens, "seed": 7, **fields}
+def sample(llm, prompt, fields, max_tokens=160, n=SAMPLES):
+    params = {"n": n, "temperature": 1.0, "max_tokens": max_tokens, "seed": 7, **fields}
     out = llm.generate(prompt, params, use_tqdm=False)[0]
-    assert len(out.outputs) == SAMPLES
+    assert len(out.outputs) == n
     return out.outputs
 
 
@@ -120,8 +120,8 @@ def test_guided_grammar_outputs_derive_from_the_grammar(llm, name):
     text = read_grammar(name)
     ref = gbnf.parse_grammar(text)
     finished = 0
-    for prompt in PROMPTS:
-        for c in sample(llm, prompt, {"guided_grammar": text}, max_tokens=120):
+    for prompt in PROMPTS[:2]:  # 13 grammars x 2 prompts x 16 samples
+        for c in sample(llm, prompt, {"guided_grammar": text}, max_tokens=120, n=16):
             check_grammar_output(name, ref, c)
             finished += c.finish_reason == "stop"
     # log_negated ends only at a newline, which the demo model never writes.
