@@ -3,7 +3,8 @@
 // it, so that the messages OpenAI's SDKs and the Agents SDK send render with
 // the model's own template:
 //   - an assistant message's tool_calls[j].function.arguments given as JSON
-//     text (as the API carries it) becomes the object it encodes;
+//     text (as the API carries it) becomes the object it encodes (text that
+//     encodes no object stays text);
 //   - an assistant `content` of null beside tool_calls becomes "";
 //   - a `tool` message must carry a string `tool_call_id`.
 // A 400 naming messages[i]... for a malformed tool call or tool message.

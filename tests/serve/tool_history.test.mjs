@@ -61,6 +61,12 @@ test('the SDK-shaped tool conversation renders as jinja2 renders the vLLM-prepar
   assert.ok(r.json.prompt.includes('<tool_response>\n{"temp": 17}\n</tool_response>'), r.json.prompt);
   // The null left in breaks the template in jinja2 too.
   assert.match(jinja2(SDK_MESSAGES).error, /NoneType/);
+  // Arguments that are no JSON object (a call cut off by max_tokens) stay text.
+  const cut = structuredClone(SDK_MESSAGES);
+  cut[1].tool_calls[1].function.arguments = '{"city": "Zü';
+  const rc = await curlJson(`${server.url}/v1/chat/completions/render`, { model: 'pkgchat', messages: cut, tools: TOOLS });
+  assert.equal(rc.status, 200, rc.body);
+  assert.ok(rc.json.prompt.includes('"arguments": {"city": "Zü}\n'), rc.json.prompt);
   // And the chat itself is served.
   const chat = await curlJson(`${server.url}/v1/chat/completions`,
     { model: 'pkgchat', messages: SDK_MESSAGES, tools: TOOLS, max_tokens: 4 });
@@ -71,7 +77,7 @@ test('malformed tool history is a 400 naming the message; the server keeps servi
   const cases = [
     [[SDK_MESSAGES[0], SDK_MESSAGES[1], { role: 'tool', content: 'x' }], /messages\[2\].*tool_call_id/],
     [[SDK_MESSAGES[0], { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function',
-      function: { name: 'get_weather', arguments: '{"city": ' } }] }], /messages\[1\]\.tool_calls\[0\]\.function\.arguments/],
+      function: { arguments: '{}' } }] }], /messages\[1\]\.tool_calls\[0\]\.function\.name/],
     [[SDK_MESSAGES[0], { role: 'assistant', content: null, tool_calls: 'x' }], /messages\[1\]\.tool_calls must be a list/],
   ];
   for (const [messages, why] of cases) {
