@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "text/guided/utf8_ranges.h"
 
 namespace halo::serve {
 
@@ -38,21 +39,9 @@ size_t utf8_complete(std::string_view s) {
 }
 
 void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  uint8_t b[4];
+  const int n = text::guided::utf8_encode(cp, b);
+  out.append(reinterpret_cast<const char*>(b), static_cast<size_t>(n));
 }
 
 // Python's json.dumps(ensure_ascii=False) of one character of a string.
