@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <random>
+#include <string_view>
 
 namespace halo::serve {
 
@@ -188,7 +189,11 @@ std::string messages_to_chat_body(const std::string& body) {
     chat.push_back(ojson{{"role", "system"}, {"content", text_of(in["system"], "system")}});
   for (size_t i = 0; i < messages.size(); ++i) add_message(messages[i], i, chat);
   if (messages.empty()) chat = ojson::array();  // the chat path's 400: 'messages' must be non-empty
+  // A final assistant turn is a prefill: the answer continues it.
+  const bool prefill =
+      !chat.empty() && chat.back()["role"] == "assistant" && !chat.back().contains("tool_calls");
   out["messages"] = std::move(chat);
+  if (prefill) out["continue_final_message"] = true;
   if (in.contains("tools") && !in["tools"].is_null()) out["tools"] = chat_tools(in["tools"]);
   if (in.contains("tool_choice") && !in["tool_choice"].is_null())
     add_tool_choice(in["tool_choice"], out);
@@ -271,16 +276,28 @@ void MessageBlocks::open(ojson block, std::string* events) {
   open_ = true;
 }
 
-void MessageBlocks::text(const std::string& s, std::string* events) {
+void MessageBlocks::add_text(const char* type, const char* field, const char* delta_type,
+                             const std::string& s, std::string* events) {
   if (s.empty()) return;
-  if (!open_ || content_.back()["type"] != "text")
-    open(ojson{{"type", "text"}, {"text", ""}}, events);
-  content_.back()["text"] = content_.back()["text"].get<std::string>() + s;
+  if (!open_ || content_.back()["type"] != type) {
+    ojson block{{"type", type}, {field, ""}};
+    if (std::string_view(type) == "thinking") block["signature"] = "";
+    open(std::move(block), events);
+  }
+  content_.back()[field] = content_.back()[field].get<std::string>() + s;
   if (events)
     write_event(*events, "content_block_delta",
                 ojson{{"type", "content_block_delta"},
                       {"index", content_.size() - 1},
-                      {"delta", {{"type", "text_delta"}, {"text", s}}}});
+                      {"delta", {{"type", delta_type}, {field, s}}}});
+}
+
+void MessageBlocks::thinking(const std::string& s, std::string* events) {
+  add_text("thinking", "thinking", "thinking_delta", s, events);
+}
+
+void MessageBlocks::text(const std::string& s, std::string* events) {
+  add_text("text", "text", "text_delta", s, events);
 }
 
 void MessageBlocks::tool_call(const ToolCallDelta& d, std::string* events) {

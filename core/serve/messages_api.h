@@ -29,12 +29,14 @@ ojson anthropic_error_object(int status, const std::string& message);
 HttpResponse anthropic_error(const ApiError& e);
 
 // The content blocks of one message, built from the chat output's pieces in
-// order: text opens (or continues) a text block, a tool call's first delta
+// order: reasoning opens (or continues) a thinking block (with an empty
+// signature: halo signs nothing), text a text block, a tool call's first delta
 // opens a tool_use block and its fragments are its input's JSON. A block is
 // closed before the next opens. `events` (optional) receives Anthropic's
 // stream events (content_block_start/delta/stop) as "event: ...\ndata: ...\n\n".
 class MessageBlocks {
  public:
+  void thinking(const std::string& s, std::string* events);
   void text(const std::string& s, std::string* events);
   void tool_call(const ToolCallDelta& d, std::string* events);
   void close(std::string* events);  // the open block, if any
@@ -44,6 +46,9 @@ class MessageBlocks {
 
  private:
   void open(ojson block, std::string* events);
+  // Adds `s` to the open block of `type` (opening one), whose text is `field`.
+  void add_text(const char* type, const char* field, const char* delta_type, const std::string& s,
+                std::string* events);
 
   ojson content_ = ojson::array();
   bool open_ = false;

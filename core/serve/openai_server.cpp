@@ -385,8 +385,8 @@ class OpenAIJob : public HttpSink {
     return ojson{{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", model_name}};
   }
 
-  // Feeds a choice's text, as the chat path reads it, into `blocks`.
-  // Reasoning is left out (no thinking blocks).
+  // Feeds a choice's text, as the chat path reads it, into `blocks`:
+  // reasoning (--reasoning-parser) becomes thinking blocks.
   static void feed_blocks(ChatOutput& o, std::string_view text, bool finished, MessageBlocks& blocks,
                           std::string* events) {
     ChatDelta d;
@@ -396,6 +396,7 @@ class OpenAIJob : public HttpSink {
       d = o.feed(text);
       if (finished) append(d, o.finish());
     }
+    blocks.thinking(d.reasoning, events);
     blocks.text(d.content, events);
     for (const auto& t : d.tool_calls) blocks.tool_call(t, events);
     if (finished) blocks.close(events);

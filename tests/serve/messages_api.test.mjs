@@ -181,6 +181,46 @@ test('a tool_use and its tool_result sent back are answered', async () => {
   assert.equal(msg.type, 'message');
 });
 
+test('a final assistant turn is a prefill the answer continues', async () => {
+  const messages = [...ASK, { role: 'assistant', content: [{ type: 'text', text: 'It is' }] }];
+  const msg = await anthropic.messages.create({ model: MODEL, max_tokens: 10, temperature: 0, messages });
+  const chat = await client(server).chat.completions.create({ model: MODEL, max_tokens: 10, temperature: 0,
+    messages: [...ASK, { role: 'assistant', content: 'It is' }], continue_final_message: true,
+    add_generation_prompt: false });
+  assert.equal(msg.usage.input_tokens, chat.usage.prompt_tokens);
+  assert.deepEqual(msg.content, [{ type: 'text', text: chat.choices[0].message.content }]);
+});
+
+describe('reasoning: thinking blocks', () => {
+  let thinker;
+  before(async () => {
+    // deepseek_r1: the prompt opens the reasoning, so the demo model's text is reasoning up to any </think>.
+    thinker = await startServer([PKGCHAT, '--served-model-name', MODEL, '--chat-template', template,
+      '--reasoning-parser', 'deepseek_r1']);
+  });
+  after(async () => {
+    if (thinker) assert.equal((await thinker.stop()).code, 0, thinker.stderr);
+  });
+
+  test('the chat reasoning_content is a thinking block, streamed and not', async () => {
+    const sdk = new Anthropic({ baseURL: thinker.url, apiKey: 'none', maxRetries: 0 });
+    const params = { model: MODEL, max_tokens: 20, temperature: 0, messages: ASK };
+    const whole = await sdk.messages.create(params);
+    const chat = await client(thinker).chat.completions.create(params);
+    const { reasoning_content: reasoning, content } = chat.choices[0].message;
+    const expected = [];
+    if (reasoning) expected.push({ type: 'thinking', thinking: reasoning, signature: '' });
+    if (content) expected.push({ type: 'text', text: content });
+    assert.ok(expected.length > 0);
+    assert.deepEqual(whole.content, expected);
+    const stream = sdk.messages.stream(params);
+    const deltas = [];
+    stream.on('streamEvent', (e) => { if (e.type === 'content_block_delta') deltas.push(e.delta.type); });
+    assert.deepEqual(strip(await stream.finalMessage()), strip(whole));
+    if (reasoning) assert.ok(deltas.includes('thinking_delta'));
+  });
+});
+
 describe('streaming', () => {
   async function streamed(params, sdk = anthropic) {
     const stream = sdk.messages.stream(params);
