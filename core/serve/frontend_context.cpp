@@ -44,15 +44,19 @@ void HttpSink::on_finish(Generation& g) {
   }
 }
 
-void FrontendContext::check_auth(const HttpRequest& req) const {
+void FrontendContext::check_auth(const HttpRequest& req, bool x_api_key) const {
   if (api_key_.empty()) return;
   const std::string& h = req.header("authorization");
   std::string token;
   if (h.size() > 7 && (h.compare(0, 7, "Bearer ") == 0 || h.compare(0, 7, "bearer ") == 0))
     token = h.substr(7);
   if (constant_time_equal(token, api_key_)) return;
-  ApiError e(401,
-             h.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key");
+  const std::string& x = x_api_key ? req.header("x-api-key") : h;
+  if (x_api_key && !x.empty() && constant_time_equal(x, api_key_)) return;
+  ApiError e(401, h.empty() && x.empty()
+                      ? (x_api_key ? "missing API key: send 'x-api-key: <key>' or 'Authorization: Bearer <key>'"
+                                   : "missing API key: send 'Authorization: Bearer <key>'")
+                      : "invalid API key");
   e.headers.push_back({"WWW-Authenticate", "Bearer"});
   throw e;
 }

@@ -45,8 +45,9 @@ class FrontendContext {
   ServingCore& core() const { return core_; }
   bool has_api_key() const { return !api_key_.empty(); }
 
-  // 401 unless `Authorization: Bearer <api key>` (no key: every request passes).
-  void check_auth(const HttpRequest& req) const;
+  // 401 unless `Authorization: Bearer <api key>` (or, `x_api_key`, Anthropic's
+  // `x-api-key: <api key>`); no key: every request passes.
+  void check_auth(const HttpRequest& req, bool x_api_key = false) const;
   // The body as a JSON object within the request limits (400 otherwise).
   json parse_request(const HttpRequest& req) const;
   // Runs `work` on the core's pool unless the client has gone by then; what

@@ -11,6 +11,7 @@
 
 #include "serve/api_common.h"
 #include "serve/chat_output.h"
+#include "serve/messages_api.h"
 #include "serve/tool_messages.h"
 
 namespace halo::serve {
@@ -106,6 +107,8 @@ class OpenAIJob : public HttpSink {
   // chat: the model's parsers ("": none), and whether guided decoding holds the output
   std::string tool_parser, reasoning_parser;
   bool constrained = false;
+  // chat: answered in Anthropic's Messages shape (POST /v1/messages)
+  bool anthropic = false;
 
   explicit OpenAIJob(Endpoint k) : kind(k) {}
 
@@ -124,11 +127,13 @@ class OpenAIJob : public HttpSink {
   void on_error(Generation& g) override {
     if (!stream || error_sent_) return;
     error_sent_ = true;
+    if (anthropic) return write_event(out, "error", anthropic_error_object(g.error_status(), g.error()));
     write_sse(error_object(g.error_status(), g.error()));
   }
 
  protected:
   HttpResponse error_response(int status, const std::string& message) override {
+    if (anthropic) return json_response(status, anthropic_error_object(status, message));
     return json_response(status, error_object(status, message));
   }
 
@@ -274,6 +279,16 @@ class OpenAIJob : public HttpSink {
       return;
     }
     res->begin_stream(200, "text/event-stream", {{"X-Accel-Buffering", "no"}});
+    if (anthropic) {
+      ojson msg = message_head();
+      msg["content"] = ojson::array();
+      msg["stop_reason"] = nullptr;
+      msg["stop_sequence"] = nullptr;
+      msg["usage"] = {{"input_tokens", g().prompt_tokens()}, {"output_tokens", 0}};
+      write_event(out, "message_start", ojson{{"type", "message_start"}, {"message", msg}});
+      res->write(std::exchange(out, {}));
+      return;
+    }
     if (kind != Endpoint::kChat) return;
     // The first delta of every choice carries the role (and an echoed message).
     for (int i = 0; i < n(); ++i) {
@@ -291,6 +306,7 @@ class OpenAIJob : public HttpSink {
   void append_chunk(size_t si, size_t index, const StreamEvent& ev, size_t first_token) {
     const ChoiceOutput& c = g().choices()[index];
     Sent& sent = sent_[index];
+    if (anthropic) return message_events(index, ev);
     if (kind == Endpoint::kGenerate) {
       // vLLM's demo /generate: the whole text so far of every choice, objects separated by "\0".
       ojson texts = ojson::array();
@@ -364,8 +380,71 @@ class OpenAIJob : public HttpSink {
     return deltas;
   }
 
+  // ---- Anthropic's Messages shape (one choice) ----
+  ojson message_head() const {
+    return ojson{{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", model_name}};
+  }
+
+  // Feeds a choice's text, as the chat path reads it, into `blocks`:
+  // reasoning (--reasoning-parser) becomes thinking blocks.
+  static void feed_blocks(ChatOutput& o, std::string_view text, bool finished, MessageBlocks& blocks,
+                          std::string* events) {
+    ChatDelta d;
+    if (o.passthrough()) {
+      d.content = std::string(text);
+    } else {
+      d = o.feed(text);
+      if (finished) append(d, o.finish());
+    }
+    blocks.thinking(d.reasoning, events);
+    blocks.text(d.content, events);
+    for (const auto& t : d.tool_calls) blocks.tool_call(t, events);
+    if (finished) blocks.close(events);
+  }
+
+  void message_events(size_t index, const StreamEvent& ev) {
+    feed_blocks(outputs_[index], ev.text, ev.finished, blocks_, &out);
+  }
+
+  // stop_reason and stop_sequence.
+  std::pair<ojson, ojson> message_stop(const ChoiceOutput& c, bool tool_use) const {
+    const char* name = finish_name(c.finish_reason);
+    if (!name) return {nullptr, nullptr};
+    if (std::string_view(name) == "length") return {"max_tokens", nullptr};
+    const auto& stops = sreq.options.stop;
+    if (!c.stop_reason.empty() && std::find(stops.begin(), stops.end(), c.stop_reason) != stops.end())
+      return {"stop_sequence", c.stop_reason};
+    return {tool_use ? "tool_use" : "end_turn", nullptr};
+  }
+
+  void finish_message_stream() {
+    if (error_sent_ || g().failed()) return;
+    blocks_.close(&out);
+    auto [reason, seq] = message_stop(g().choices()[0], blocks_.has_tool_use());
+    write_event(out, "message_delta",
+                ojson{{"type", "message_delta"},
+                      {"delta", {{"stop_reason", reason}, {"stop_sequence", seq}}},
+                      {"usage", {{"output_tokens", g().completion_tokens()}}}});
+    write_event(out, "message_stop", ojson{{"type", "message_stop"}});
+  }
+
+  void finish_message() {
+    const ChoiceOutput& c = g().choices()[0];
+    ChatOutput o = chat_output();
+    MessageBlocks blocks;
+    feed_blocks(o, c.text, true, blocks, nullptr);
+    auto [reason, seq] = message_stop(c, blocks.has_tool_use());
+    ojson body = message_head();
+    body["content"] = blocks.content();
+    body["stop_reason"] = reason;
+    body["stop_sequence"] = seq;
+    body["usage"] = {{"input_tokens", g().prompt_tokens()}, {"output_tokens", g().completion_tokens()}};
+    res->send(json_response(200, body));
+  }
+
   // ---- the end ----
   void finish_stream() {
+    if (anthropic) return finish_message_stream();
     if (kind == Endpoint::kGenerate) return;
     if (sreq.include_usage) {
       ojson ch = chunk_head(kind == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
@@ -418,6 +497,7 @@ class OpenAIJob : public HttpSink {
   }
 
   void finish_response() {
+    if (anthropic) return finish_message();
     const size_t num_prompts = g().prompts().size();
     if (kind == Endpoint::kGenerate) {
       ojson texts = ojson::array();
@@ -446,6 +526,7 @@ class OpenAIJob : public HttpSink {
   std::vector<Sent> sent_;
   // A streamed chat: each choice's output.
   std::vector<ChatOutput> outputs_;
+  MessageBlocks blocks_;  // a streamed message's content blocks
   bool error_sent_ = false;
 };
 
@@ -464,12 +545,13 @@ std::shared_ptr<const ServedModel> OpenAIServer::request_model(const json& body)
 void OpenAIServer::handle(HttpRequest&& req, const std::shared_ptr<Responder>& responder) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string what = fmt::format("{} {} {}", req.remote, req.method, req.path);  // route may move req
+  const bool messages_api = req.path == "/v1/messages";
   HttpResponse resp;
   bool deferred = false;
   try {
     resp = route(req, responder, deferred);
   } catch (...) {
-    resp = error_http_response(std::current_exception(), openai_error);
+    resp = error_http_response(std::current_exception(), messages_api ? anthropic_error : openai_error);
   }
   if (!deferred) {
     if (resp.status >= 400)
@@ -503,14 +585,16 @@ HttpResponse OpenAIServer::route(HttpRequest& req, const std::shared_ptr<Respond
     only("GET");
     return metrics();
   }
-  static const char* const kRoutes[] = {"/v1/models", "/v1/completions", "/v1/chat/completions",
-                                        "/v1/chat/completions/render", "/generate", "/tokenize", "/detokenize"};
+  static const char* const kRoutes[] = {"/v1/models",   "/v1/completions", "/v1/chat/completions",
+                                        "/v1/messages", "/v1/chat/completions/render", "/generate",
+                                        "/tokenize",    "/detokenize"};
   static constexpr std::string_view kModelPrefix = "/v1/models/";  // OpenAI's retrieve-model route
   const bool one_model = p.size() > kModelPrefix.size() && p.starts_with(kModelPrefix);
   if (!one_model &&
       std::find_if(std::begin(kRoutes), std::end(kRoutes), [&](const char* r) { return p == r; }) == std::end(kRoutes))
     throw ApiError(404, fmt::format("Not Found: {} {}", m, p));
-  ctx_.check_auth(req);
+  const bool messages_api = p == "/v1/messages";
+  ctx_.check_auth(req, messages_api);  // Anthropic's clients send x-api-key
   if (p == "/v1/models") {
     only("GET");
     return models();
@@ -520,11 +604,12 @@ HttpResponse OpenAIServer::route(HttpRequest& req, const std::shared_ptr<Respond
     return model(percent_decode(p.substr(kModelPrefix.size())));
   }
   only("POST");
-  const bool generates = p == "/v1/completions" || p == "/v1/chat/completions" || p == "/generate";
+  const bool generates = p == "/v1/completions" || p == "/v1/chat/completions" || p == "/generate" || messages_api;
   if (generates && ctx_.core().draining()) throw ApiError(503, "the server is shutting down");
   // Everything with a body is parsed, rendered and tokenized off the I/O thread.
   auto owned = std::make_shared<HttpRequest>(std::move(req));
-  ctx_.preprocess(res, openai_error, [this, owned, res] { handle_body(*owned, res); });
+  ctx_.preprocess(res, messages_api ? anthropic_error : openai_error,
+                  [this, owned, res] { handle_body(*owned, res); });
   deferred = true;
   return {};
 }
@@ -536,6 +621,7 @@ void OpenAIServer::handle_body(const HttpRequest& req, const std::shared_ptr<Res
   if (p == "/v1/chat/completions/render") return res->send(chat_render(req));
   if (p == "/v1/completions") completions(req, res);
   else if (p == "/v1/chat/completions") chat(req, res);
+  else if (p == "/v1/messages") messages(req, res);
   else generate(req, res);
 }
 
@@ -839,18 +925,29 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
 }
 
 void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  json body = ctx_.parse_request(req);
+  run_chat(req.body, ctx_.parse_request(req), false, res);
+}
+
+void OpenAIServer::messages(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
+  ctx_.parse_request(req);  // a JSON object within the limits
+  std::string body = messages_to_chat_body(req.body);
+  json parsed = parse_json_object(body, ctx_.core().limits().max_json_depth + 2);  // tool_use input nests one deeper
+  run_chat(body, std::move(parsed), true, res);
+}
+
+void OpenAIServer::run_chat(std::string_view text, json body, bool anthropic, const std::shared_ptr<Responder>& res) {
   std::shared_ptr<const Model> mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
   f.touch("model");
 
   auto job = std::make_shared<OpenAIJob>(Endpoint::kChat);
-  job->id = random_id("chatcmpl-");
+  job->anthropic = anthropic;
+  job->id = anthropic ? random_id("msg_") : random_id("chatcmpl-");
   job->model_name = m.name();
   job->sreq = parse_sampling(f, Endpoint::kChat, m.defaults);
   bool add_special = false;
-  std::string prompt = render_chat(m, f, req.body, add_special, &job->chat_echo, &job->tool_choice);
+  std::string prompt = render_chat(m, f, text, add_special, &job->chat_echo, &job->tool_choice);
   constrain_to_tool_choice(job->tool_choice, job->sreq.options);
   job->tool_parser = m.tool_parser;
   job->reasoning_parser = m.reasoning_parser;
@@ -861,7 +958,7 @@ void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>
                     m.defaults.generation);
   job->want_prompt_logprobs = job->sreq.options.sampling.prompt_logprobs >= 0;
   f.touch("functions");
-  f.log_unknown("/v1/chat/completions");
+  f.log_unknown(anthropic ? "/v1/messages" : "/v1/chat/completions");
   start(job, mp, {std::move(p)}, res);
 }
 

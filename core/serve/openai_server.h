@@ -1,7 +1,7 @@
 #pragma once
 // The OpenAI-compatible API (as vLLM serves it), a codec over the
 // ServingCore: /v1/models, /v1/completions, /v1/chat/completions (+ /render),
-// vLLM's /generate, /tokenize, /detokenize, /health, /ping, /version,
+// Anthropic's /v1/messages (messages_api.h), vLLM's /generate, /tokenize, /detokenize, /health, /ping, /version,
 // /metrics.
 //
 // Several models may be served at once (a model repository, --model given
@@ -58,6 +58,11 @@ class OpenAIServer {
   HttpResponse chat_render(const HttpRequest& req);
   void completions(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   void chat(const HttpRequest& req, const std::shared_ptr<Responder>& res);
+  // Anthropic's POST /v1/messages: the request as a chat (messages_api.h), answered in Anthropic's shape.
+  void messages(const HttpRequest& req, const std::shared_ptr<Responder>& res);
+  // A chat request (`text`: its JSON text, `body`: parsed), answered as a chat
+  // completion or (`anthropic`) as an Anthropic message.
+  void run_chat(std::string_view text, json body, bool anthropic, const std::shared_ptr<Responder>& res);
   void generate(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   void start(const std::shared_ptr<OpenAIJob>& job, std::shared_ptr<const ServedModel> model,
              std::vector<Prompt> prompts, const std::shared_ptr<Responder>& res);
