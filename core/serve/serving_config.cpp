@@ -125,6 +125,30 @@ const std::vector<std::string>& setting_keys() {
   return keys;
 }
 
+namespace {
+
+// The settings of how chat output is read (vLLM's tool and reasoning parser
+// flags); false for any other key.
+bool apply_chat_output_setting(ModelSettings& m, const std::string& key, const std::string& v,
+                               const Setting& s) {
+  if (key == "enable-auto-tool-choice") {
+    m.enable_auto_tool_choice = to_bool(s);
+  } else if (key == "tool-call-parser") {
+    const auto& names = ToolCallParser::names();
+    if (std::find(names.begin(), names.end(), lower(v)) == names.end())
+      bad(s, fmt::format("expected one of {}", fmt::join(names, ", ")));
+    m.tool_call_parser = lower(v);
+  } else if (key == "reasoning-parser") {
+    if (!ReasoningParser::known(lower(v))) bad(s, "expected deepseek_r1 or qwen3");
+    m.reasoning_parser = lower(v);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void apply_setting(ModelSettings& m, const Setting& s) {
   std::string key = s.key == "gpu-memory-utilization" ? "device-memory-utilization" : s.key;
   auto& e = m.engine;
@@ -215,17 +239,7 @@ void apply_setting(ModelSettings& m, const Setting& s) {
     if (r != "auto" && r != "vllm" && r != "lmi-dist" && r != "trtllm" && r != "scheduler")
       bad(s, "expected auto, vllm, lmi-dist, trtllm or scheduler (all run halo's continuous batching)");
     m.rolling_batch = r;
-  } else if (key == "enable-auto-tool-choice") {
-    m.enable_auto_tool_choice = to_bool(s);
-  } else if (key == "tool-call-parser") {
-    const auto& names = ToolCallParser::names();
-    if (std::find(names.begin(), names.end(), lower(v)) == names.end())
-      bad(s, fmt::format("expected one of {}", fmt::join(names, ", ")));
-    m.tool_call_parser = lower(v);
-  } else if (key == "reasoning-parser") {
-    if (!ReasoningParser::known(lower(v))) bad(s, "expected deepseek_r1 or qwen3");
-    m.reasoning_parser = lower(v);
-  } else {
+  } else if (!apply_chat_output_setting(m, key, v, s)) {
     throw Error(fmt::format("{}: unknown setting '{}' (known: {})", s.source, s.key, fmt::join(setting_keys(), ", ")));
   }
   m.origin[key] = s.source;

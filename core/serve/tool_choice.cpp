@@ -185,6 +185,7 @@ bool ToolCallScanner::string_ends(char c) {
   return c == '"';
 }
 
+// long: one switch over the scanner's states, clearer read whole than split
 void ToolCallScanner::step(char c, std::vector<ToolCallDelta>& out) {
   const auto pass_on = [&] {
     if (in_params_) add_arguments(std::string_view(&c, 1), out);
