@@ -117,6 +117,43 @@ class MarkerScan {
   std::string held_;
 };
 
+// The text outside the calls of a marker format: markers found as MarkerScan
+// finds them; after a call, whitespace is held until more text follows (it is
+// dropped before another call and at the end).
+class TextBetweenCalls {
+ public:
+  explicit TextBetweenCalls(std::vector<std::string_view> markers) : scan_(std::move(markers)) {}
+
+  // Adds `c`; the content it decides is appended to `text`. The index of the
+  // marker it completes, or -1 (marker 0 opens a call).
+  int step(char c, std::string& text) {
+    if (after_call_ && scan_.held().empty() && is_space(c)) {
+      ws_ += c;
+      return -1;
+    }
+    std::string t;
+    const int m = scan_.step(c, t);
+    if (!t.empty()) {
+      if (after_call_) text += std::exchange(ws_, {});
+      after_call_ = false;
+      text += t;
+    }
+    if (m == 0) ws_.clear();
+    return m;
+  }
+  void set_after_call(bool after) { after_call_ = after; }
+  // The end of the output: text still held back (none unless a marker had begun).
+  std::string flush() {
+    if (scan_.held().empty()) return {};
+    return ws_ + scan_.take_held();
+  }
+
+ private:
+  MarkerScan scan_;
+  std::string ws_;  // whitespace held after a call
+  bool after_call_ = false;
+};
+
 // A JSON value read byte by byte, checked for syntax as it comes.
 class JsonScanner {
  public:
@@ -461,10 +498,10 @@ class HermesParser final : public JsonCallParser {
         std::string_view rest = std::string_view(close_).substr(ws);
         if (rest == kClose) {
           state_ = State::kText;
-          after_call_ = true;
+          text_.set_after_call(true);
         } else if (!kClose.starts_with(rest)) {
           state_ = State::kText;
-          after_call_ = true;
+          text_.set_after_call(true);
           for (char b : std::exchange(close_, {})) text_step(b);
         }
         return;
@@ -472,22 +509,12 @@ class HermesParser final : public JsonCallParser {
     }
   }
 
-  // Outside calls; after a call, whitespace is held until text follows (it
-  // is dropped before another call or the end). A stray </tool_call> is dropped.
+  // Outside calls (TextBetweenCalls); a stray </tool_call> is dropped.
   void text_step(char c) {
-    if (after_call_ && scan_.held().empty() && is_space(c)) {
-      ws_ += c;
-      return;
-    }
     std::string text;
-    int m = scan_.step(c, text);
-    if (!text.empty()) {
-      if (after_call_) content(std::exchange(ws_, {}));
-      after_call_ = false;
-      content(text);
-    }
+    const int m = text_.step(c, text);
+    content(text);
     if (m == 0) {
-      ws_.clear();
       raw_ = kOpen;
       state_ = State::kCall;
       begin_object();
@@ -501,9 +528,8 @@ class HermesParser final : public JsonCallParser {
   }
 
   void end() override {
-    if (state_ == State::kText && !scan_.held().empty()) {
-      content(ws_);
-      content(scan_.take_held());
+    if (state_ == State::kText) {
+      content(text_.flush());
     } else if (state_ == State::kCall) {
       give_up();
     }
@@ -513,11 +539,9 @@ class HermesParser final : public JsonCallParser {
   static constexpr std::string_view kClose = "</tool_call>";
   enum class State { kText, kCall, kAfterCall, kGaveUp };
   State state_ = State::kText;
-  MarkerScan scan_{{kOpen, kClose}};
+  TextBetweenCalls text_{{kOpen, kClose}};
   std::string raw_;    // the current call's text, from <tool_call>
   std::string close_;  // kAfterCall: what follows the JSON object
-  std::string ws_;     // whitespace held after a call
-  bool after_call_ = false;
 };
 
 // [<|python_tag|>]{"name": N, "parameters": {...}}; {...} at the start.
@@ -627,7 +651,7 @@ class MistralParser final : public JsonCallParser {
         if (is_space(c)) return;
         if (c == ']' && state_ == State::kArrayStart) {
           state_ = State::kText;
-          after_call_ = true;
+          text_.set_after_call(true);
           return;
         }
         if (c != '{') return give_up();
@@ -642,7 +666,7 @@ class MistralParser final : public JsonCallParser {
         if (r == ObjResult::kDone) {
           started_ = false;
           state_ = single_ ? State::kText : State::kArrayAfter;
-          after_call_ = single_;
+          text_.set_after_call(single_);
         }
         return;
       }
@@ -653,7 +677,7 @@ class MistralParser final : public JsonCallParser {
           state_ = State::kArrayNext;
         } else if (c == ']') {
           state_ = State::kText;
-          after_call_ = true;
+          text_.set_after_call(true);
         } else {
           raw_.assign(1, c);
           give_up();
@@ -691,7 +715,7 @@ class MistralParser final : public JsonCallParser {
         if (r == JsonScanner::Result::kDone) {
           started_ = false;
           state_ = State::kText;
-          after_call_ = true;
+          text_.set_after_call(true);
         }
         return;
       }
@@ -707,21 +731,12 @@ class MistralParser final : public JsonCallParser {
     state_ = State::kArgs;
   }
 
-  // As hermes' text: whitespace after calls is held, dropped before a call.
+  // Outside calls (TextBetweenCalls).
   void text_step(char c) {
-    if (after_call_ && scan_.held().empty() && is_space(c)) {
-      ws_ += c;
-      return;
-    }
     std::string text;
-    int m = scan_.step(c, text);
-    if (!text.empty()) {
-      if (after_call_) content(std::exchange(ws_, {}));
-      after_call_ = false;
-      content(text);
-    }
+    const int m = text_.step(c, text);
+    content(text);
     if (m == 0) {
-      ws_.clear();
       raw_ = kMarker;
       state_ = State::kAfterMarker;
     }
@@ -736,10 +751,7 @@ class MistralParser final : public JsonCallParser {
   void end() override {
     switch (state_) {
       case State::kText:
-        if (!scan_.held().empty()) {
-          content(ws_);
-          content(scan_.take_held());
-        }
+        content(text_.flush());
         return;
       case State::kGaveUp:
       case State::kArrayAfter:
@@ -768,10 +780,8 @@ class MistralParser final : public JsonCallParser {
     kGaveUp
   };
   State state_ = State::kText;
-  MarkerScan scan_{{kMarker}};
-  std::string raw_;  // the current call's text, from [TOOL_CALLS] or after the array's ','
-  std::string ws_;
-  bool after_call_ = false;
+  TextBetweenCalls text_{{kMarker}};
+  std::string raw_;       // the current call's text, from [TOOL_CALLS] or after the array's ','
   bool single_ = false;   // kObject: a lone object, not in an array
   bool started_ = false;  // kArgs: the N{...} call is in calls()
   std::string name_;
