@@ -120,7 +120,7 @@ std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& reque
   req->id = request_id;
   req->prompt = prompt_ids;
   req->opts = options;
-  if (!options.guided_regex.empty() || !options.guided_grammar.empty()) {
+  if (options.guided()) {
     if (options.beam.width > 0) throw Error("guided decoding is not supported with beam search");
     if (!options.guided_regex.empty() && !options.guided_grammar.empty())
       throw Error("a regex and a grammar cannot both constrain the output");

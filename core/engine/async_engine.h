@@ -40,6 +40,7 @@ struct RequestOptions {
   std::string guided_regex;
   std::string guided_grammar;
   std::string guided_what;
+  bool guided() const { return !guided_regex.empty() || !guided_grammar.empty(); }
   // width > 0: beam search of that width instead of sampling (n <= width
   // results, best first; see beam_search.h). No stop strings or logprobs.
   BeamParams beam;

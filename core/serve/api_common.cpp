@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <span>
 
 #include "serve/guided_request.h"
@@ -58,6 +59,11 @@ ojson error_object(int status, const std::string& message, const std::string& pa
 }
 
 std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
+}
 
 namespace {
 std::string type_name(const json& v) {

@@ -41,6 +41,8 @@ const char* error_type(int status);
 ojson error_object(const ApiError& e);
 ojson error_object(int status, const std::string& message, const std::string& param = {});  // the default code
 std::string dump(const ojson& j);  // compact; invalid UTF-8 replaced
+// `prefix` and 32 random hex digits: response, call and request ids. Any thread.
+std::string random_id(const char* prefix);
 
 // Typed, null-tolerant access to the fields of a JSON request object. A
 // field of the wrong type is a 400 naming it. Fields never read are

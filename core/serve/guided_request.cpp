@@ -20,20 +20,20 @@ std::string guided_schema_regex(const json& schema, const std::string& field) {
   }
 }
 
-namespace {
-
-void check_unset(const engine::RequestOptions& o, const std::string& what) {
-  if (!o.guided_regex.empty() || !o.guided_grammar.empty())
+void check_unconstrained(const engine::RequestOptions& o, const std::string& what) {
+  if (o.guided())
     throw ApiError(
         400, fmt::format("'{}' and '{}' cannot both constrain the output", o.guided_what, what),
         what, error_code::kInvalidValue);
 }
 
+namespace {
+
 void set_grammar(engine::RequestOptions& o, const json& grammar, const std::string& what) {
   if (!grammar.is_string() || grammar.get<std::string>().empty())
     throw ApiError(400, fmt::format("'{}' must be a non-empty string (a GBNF grammar)", what), what,
                    error_code::kInvalidType);
-  check_unset(o, what);
+  check_unconstrained(o, what);
   o.guided_grammar = grammar.get<std::string>();
   o.guided_what = what;
 }
@@ -89,7 +89,7 @@ void parse_structured_outputs(const json& so, engine::RequestOptions& o) {
 }  // namespace
 
 void set_guided_regex(engine::RequestOptions& o, std::string regex, const std::string& what) {
-  check_unset(o, what);
+  check_unconstrained(o, what);
   o.guided_regex = std::move(regex);
   o.guided_what = what;
 }
@@ -134,7 +134,8 @@ void parse_trtllm_guided(Fields& f, engine::RequestOptions& o) {
   const json* guide = f.get(what);
   if (!type || type->empty()) {
     if (guide && !(guide->is_string() && guide->get<std::string>().empty()))
-      throw ApiError(400, "'guided_decoding_guide' needs 'guided_decoding_guide_type'", what, error_code::kInvalidValue);
+      throw ApiError(400, "'guided_decoding_guide' needs 'guided_decoding_guide_type'", what,
+                     error_code::kInvalidValue);
     return;
   }
   if (*type == "json") {  // any JSON object, as TensorRT-LLM's "json" guide
@@ -142,14 +143,17 @@ void parse_trtllm_guided(Fields& f, engine::RequestOptions& o) {
     return;
   }
   if (*type != "json_schema" && *type != "regex" && *type != "ebnf_grammar")
-    throw ApiError(400,
-                   fmt::format("'guided_decoding_guide_type' {} is not one halo takes (json, json_schema, regex, "
-                               "ebnf_grammar)",
-                               json(*type).dump()),
-                   "guided_decoding_guide_type", error_code::kUnsupportedValue);
+    throw ApiError(
+        400,
+        fmt::format(
+            "'guided_decoding_guide_type' {} is not one halo takes (json, json_schema, regex, "
+            "ebnf_grammar)",
+            json(*type).dump()),
+        "guided_decoding_guide_type", error_code::kUnsupportedValue);
   if (!guide || !guide->is_string() || guide->get<std::string>().empty())
-    throw ApiError(400, fmt::format("'guided_decoding_guide' must be a non-empty string (the {})", *type), what,
-                   error_code::kInvalidValue);
+    throw ApiError(
+        400, fmt::format("'guided_decoding_guide' must be a non-empty string (the {})", *type),
+        what, error_code::kInvalidValue);
   if (*type == "json_schema") {
     set_guided_regex(o, guided_schema_regex(*guide, what), what);
   } else if (*type == "regex") {

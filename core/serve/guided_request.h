@@ -16,6 +16,9 @@ void parse_guided(Fields& f, engine::RequestOptions& o);
 // json, json_schema, regex or ebnf_grammar (GBNF) with guided_decoding_guide.
 void parse_trtllm_guided(Fields& f, engine::RequestOptions& o);
 
+// A 400 naming both when the output is already constrained and `what` would
+// constrain it too.
+void check_unconstrained(const engine::RequestOptions& o, const std::string& what);
 // Sets the output constraint; a 400 naming both when one is already set.
 void set_guided_regex(engine::RequestOptions& o, std::string regex, const std::string& what);
 // A JSON schema (an object, or JSON text) as the regex guided decoding takes;

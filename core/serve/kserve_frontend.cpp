@@ -2,7 +2,6 @@
 
 #include <limits>
 #include <optional>
-#include <random>
 #include <span>
 
 #include <fmt/format.h>
@@ -42,10 +41,7 @@ std::vector<std::string> split_path(const std::string& p) {
   return parts;
 }
 
-std::string request_id() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("kserve-{:016x}", rng());
-}
+std::string request_id() { return random_id("kserve-"); }
 
 // The vLLM backend's and TensorRT-LLM's names for the OpenAI/vLLM sampling fields.
 std::string canonical_key(const std::string& k) {

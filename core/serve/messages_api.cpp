@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <random>
 #include <string_view>
 
 namespace halo::serve {
@@ -256,15 +255,6 @@ void write_event(std::string& out, const char* type, const ojson& data) {
   out += "\n\n";
 }
 
-namespace {
-
-std::string new_tool_use_id() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("toolu_{:016x}{:08x}", rng(), static_cast<uint32_t>(rng()));
-}
-
-}  // namespace
-
 void MessageBlocks::open(ojson block, std::string* events) {
   close(events);
   if (events)
@@ -303,7 +293,7 @@ void MessageBlocks::text(const std::string& s, std::string* events) {
 void MessageBlocks::tool_call(const ToolCallDelta& d, std::string* events) {
   if (d.first) {
     open(ojson{{"type", "tool_use"},
-               {"id", new_tool_use_id()},
+               {"id", random_id("toolu_")},
                {"name", d.text},
                {"input", ojson::object()}},
          events);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
-#include <random>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -23,11 +22,6 @@ using engine::TokenLogprob;
 namespace {
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
-
-std::string random_id(const char* prefix) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
-}
 
 std::string new_tool_call_id() { return random_id("chatcmpl-tool-"); }
 
@@ -951,7 +945,7 @@ void OpenAIServer::run_chat(std::string_view text, json body, bool anthropic, co
   constrain_to_tool_choice(job->tool_choice, job->sreq.options);
   job->tool_parser = m.tool_parser;
   job->reasoning_parser = m.reasoning_parser;
-  job->constrained = !job->sreq.options.guided_regex.empty() || !job->sreq.options.guided_grammar.empty();
+  job->constrained = job->sreq.options.guided();
   Prompt p{prompt, true, m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos))};
   truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
   settle_max_tokens(job->sreq, Endpoint::kChat, static_cast<int>(p.ids.size()), m.max_model_len,

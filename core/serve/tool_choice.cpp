@@ -97,7 +97,8 @@ json required_tools_schema(const json& tools, bool parallel_tool_calls) {
     json name{{"enum", json::array({t["function"]["name"]})}};
     const std::string base = fmt::format("/items/anyOf/{}/properties/parameters", alts.size());
     alts.push_back({{"type", "object"},
-                    {"properties", {{"name", std::move(name)}, {"parameters", rebased(parameters_of(t), base)}}},
+                    {"properties",
+                     {{"name", std::move(name)}, {"parameters", rebased(parameters_of(t), base)}}},
                     {"required", json::array({"name", "parameters"})},
                     {"additionalProperties", false}});
   }
@@ -108,10 +109,7 @@ json required_tools_schema(const json& tools, bool parallel_tool_calls) {
 
 void constrain_to_tool_choice(const ToolChoice& tc, engine::RequestOptions& o) {
   if (!tc.forced()) return;
-  if (!o.guided_regex.empty() || !o.guided_grammar.empty())
-    throw ApiError(
-        400, fmt::format("'{}' and 'tool_choice' cannot both constrain the output", o.guided_what),
-        "tool_choice", error_code::kInvalidValue);
+  check_unconstrained(o, "tool_choice");  // before any schema is compiled
   // Each tool's schema is compiled on its own first, so that a refused one is
   // named by its place in the request.
   std::string regex;
