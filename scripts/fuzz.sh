@@ -60,7 +60,7 @@ if ((do_build)); then
   fi
   gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
   cmake -S . -B "$build_dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DHALO_BUILD_FUZZERS=ON -DHALO_BUILD_TESTS=OFF -DHALO_BUILD_BENCHMARKS=OFF >/dev/null
   cmake --build "$build_dir" --target "${targets[@]}"
 fi
