@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <limits>
 #include <random>
 #include <span>
@@ -59,6 +60,8 @@ ojson error_object(int status, const std::string& message, const std::string& pa
 }
 
 std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
 std::string random_id(const char* prefix) {
   thread_local std::mt19937_64 rng{std::random_device{}()};

@@ -41,6 +41,8 @@ const char* error_type(int status);
 ojson error_object(const ApiError& e);
 ojson error_object(int status, const std::string& message, const std::string& param = {});  // the default code
 std::string dump(const ojson& j);  // compact; invalid UTF-8 replaced
+// Seconds since the epoch: the "created" of responses.
+int64_t unix_now();
 // `prefix` and 32 random hex digits: response, call and request ids. Any thread.
 std::string random_id(const char* prefix);
 

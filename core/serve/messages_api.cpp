@@ -247,13 +247,32 @@ HttpResponse anthropic_error(const ApiError& e) {
   return r;
 }
 
-void write_event(std::string& out, const char* type, const ojson& data) {
-  out += "event: ";
-  out += type;
-  out += "\ndata: ";
-  out += dump(data);
-  out += "\n\n";
-}
+namespace {
+
+// The content blocks of one message, built from the chat output's pieces in
+// order; a block is closed before the next opens. `events` (optional)
+// receives content_block_start/delta/stop.
+class MessageBlocks {
+ public:
+  void thinking(const std::string& s, std::string* events);
+  void text(const std::string& s, std::string* events);
+  void tool_call(const ToolCallDelta& d, std::string* events);
+  void close(std::string* events);  // the open block, if any
+  // The blocks so far (the open one's tool input not yet parsed).
+  const ojson& content() const { return content_; }
+  bool has_tool_use() const { return has_tool_use_; }
+
+ private:
+  void open(ojson block, std::string* events);
+  // Adds `s` to the open block of `type` (opening one), whose text is `field`.
+  void add_text(const char* type, const char* field, const char* delta_type, const std::string& s,
+                std::string* events);
+
+  ojson content_ = ojson::array();
+  bool open_ = false;
+  bool has_tool_use_ = false;
+  std::string args_;  // the open tool_use block's input JSON so far
+};
 
 void MessageBlocks::open(ojson block, std::string* events) {
   close(events);
@@ -323,6 +342,80 @@ void MessageBlocks::close(std::string* events) {
   if (events)
     write_event(*events, "content_block_stop",
                 ojson{{"type", "content_block_stop"}, {"index", content_.size() - 1}});
+}
+
+class AnthropicMessage final : public ChatShape {
+ public:
+  AnthropicMessage(std::string id, std::string model)
+      : id_(std::move(id)), model_(std::move(model)) {}
+
+  const char* route() const override { return "/v1/messages"; }
+
+  void begin(const ChatEnd& so_far, std::string& events) override {
+    ojson msg = head();
+    msg["content"] = ojson::array();
+    msg["stop_reason"] = nullptr;
+    msg["stop_sequence"] = nullptr;
+    msg["usage"] = {{"input_tokens", so_far.prompt_tokens}, {"output_tokens", 0}};
+    write_event(events, "message_start", ojson{{"type", "message_start"}, {"message", msg}});
+  }
+
+  void add(const ChatDelta& d, std::string* events) override {
+    blocks_.thinking(d.reasoning, events);
+    blocks_.text(d.content, events);
+    for (const auto& t : d.tool_calls) blocks_.tool_call(t, events);
+  }
+
+  void end(const ChatEnd& e, std::string& events) override {
+    blocks_.close(&events);
+    auto [reason, seq] = stop(e);
+    write_event(events, "message_delta",
+                ojson{{"type", "message_delta"},
+                      {"delta", {{"stop_reason", reason}, {"stop_sequence", seq}}},
+                      {"usage", {{"output_tokens", e.completion_tokens}}}});
+    write_event(events, "message_stop", ojson{{"type", "message_stop"}});
+  }
+
+  ojson body(const ChatEnd& e) override {
+    blocks_.close(nullptr);
+    auto [reason, seq] = stop(e);
+    ojson body = head();
+    body["content"] = blocks_.content();
+    body["stop_reason"] = reason;
+    body["stop_sequence"] = seq;
+    body["usage"] = {{"input_tokens", e.prompt_tokens}, {"output_tokens", e.completion_tokens}};
+    return body;
+  }
+
+  ojson error_object(int status, const std::string& message) const override {
+    return anthropic_error_object(status, message);
+  }
+
+  void error_event(int status, const std::string& message, std::string& events) override {
+    write_event(events, "error", anthropic_error_object(status, message));
+  }
+
+ private:
+  ojson head() const {
+    return ojson{{"id", id_}, {"type", "message"}, {"role", "assistant"}, {"model", model_}};
+  }
+
+  // stop_reason and stop_sequence.
+  std::pair<ojson, ojson> stop(const ChatEnd& e) const {
+    if (!e.finish) return {nullptr, nullptr};
+    if (std::string_view(e.finish) == "length") return {"max_tokens", nullptr};
+    if (!e.stop_sequence.empty()) return {"stop_sequence", e.stop_sequence};
+    return {blocks_.has_tool_use() ? "tool_use" : "end_turn", nullptr};
+  }
+
+  std::string id_, model_;
+  MessageBlocks blocks_;
+};
+
+}  // namespace
+
+std::unique_ptr<ChatShape> anthropic_message(std::string id, std::string model) {
+  return std::make_unique<AnthropicMessage>(std::move(id), std::move(model));
 }
 
 }  // namespace halo::serve

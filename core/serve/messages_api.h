@@ -6,12 +6,12 @@
 // as Anthropic's SSE events. Errors take Anthropic's shape
 // {"type": "error", "error": {"type", "message"}}.
 //
-// Pure functions; MessageBlocks is a plain value used by one thread at a time.
+// Pure functions, and a ChatShape (chat_shape.h has its threading rule).
+#include <memory>
 #include <string>
-#include <vector>
 
 #include "serve/api_common.h"
-#include "serve/tool_choice.h"
+#include "serve/chat_shape.h"
 
 namespace halo::serve {
 
@@ -28,35 +28,12 @@ const char* anthropic_error_type(int status);
 ojson anthropic_error_object(int status, const std::string& message);
 HttpResponse anthropic_error(const ApiError& e);
 
-// The content blocks of one message, built from the chat output's pieces in
-// order: reasoning opens (or continues) a thinking block (with an empty
-// signature: halo signs nothing), text a text block, a tool call's first delta
-// opens a tool_use block and its fragments are its input's JSON. A block is
-// closed before the next opens. `events` (optional) receives Anthropic's
-// stream events (content_block_start/delta/stop) as "event: ...\ndata: ...\n\n".
-class MessageBlocks {
- public:
-  void thinking(const std::string& s, std::string* events);
-  void text(const std::string& s, std::string* events);
-  void tool_call(const ToolCallDelta& d, std::string* events);
-  void close(std::string* events);  // the open block, if any
-  // The blocks so far (the open one's tool input not yet parsed).
-  const ojson& content() const { return content_; }
-  bool has_tool_use() const { return has_tool_use_; }
-
- private:
-  void open(ojson block, std::string* events);
-  // Adds `s` to the open block of `type` (opening one), whose text is `field`.
-  void add_text(const char* type, const char* field, const char* delta_type, const std::string& s,
-                std::string* events);
-
-  ojson content_ = ojson::array();
-  bool open_ = false;
-  bool has_tool_use_ = false;
-  std::string args_;  // the open tool_use block's input JSON so far
-};
-
-// One SSE event in Anthropic's framing.
-void write_event(std::string& out, const char* type, const ojson& data);
+// The answer in Anthropic's shape: a message whose content blocks are
+// built from the chat output's pieces in order (reasoning: thinking blocks,
+// with an empty signature since halo signs nothing; text: text blocks; a
+// tool call: a tool_use block whose input is the arguments' JSON), streamed
+// as message_start, content_block_start/delta/stop, message_delta and
+// message_stop. `id` is the message's ("msg_...").
+std::unique_ptr<ChatShape> anthropic_message(std::string id, std::string model);
 
 }  // namespace halo::serve

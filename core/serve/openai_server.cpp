@@ -11,6 +11,7 @@
 #include "serve/api_common.h"
 #include "serve/chat_output.h"
 #include "serve/messages_api.h"
+#include "serve/responses_api.h"
 #include "serve/tool_messages.h"
 
 namespace halo::serve {
@@ -21,7 +22,6 @@ using engine::TokenLogprob;
 
 namespace {
 
-int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
 std::string new_tool_call_id() { return random_id("chatcmpl-tool-"); }
 
@@ -101,8 +101,8 @@ class OpenAIJob : public HttpSink {
   // chat: the model's parsers ("": none), and whether guided decoding holds the output
   std::string tool_parser, reasoning_parser;
   bool constrained = false;
-  // chat: answered in Anthropic's Messages shape (POST /v1/messages)
-  bool anthropic = false;
+  // chat: answered in another API's shape (Anthropic's Messages, OpenAI's Responses)
+  std::unique_ptr<ChatShape> shape;
 
   explicit OpenAIJob(Endpoint k) : kind(k) {}
 
@@ -121,13 +121,13 @@ class OpenAIJob : public HttpSink {
   void on_error(Generation& g) override {
     if (!stream || error_sent_) return;
     error_sent_ = true;
-    if (anthropic) return write_event(out, "error", anthropic_error_object(g.error_status(), g.error()));
+    if (shape) return shape->error_event(g.error_status(), g.error(), out);
     write_sse(error_object(g.error_status(), g.error()));
   }
 
  protected:
   HttpResponse error_response(int status, const std::string& message) override {
-    if (anthropic) return json_response(status, anthropic_error_object(status, message));
+    if (shape) return json_response(status, shape->error_object(status, message));
     return json_response(status, error_object(status, message));
   }
 
@@ -273,13 +273,8 @@ class OpenAIJob : public HttpSink {
       return;
     }
     res->begin_stream(200, "text/event-stream", {{"X-Accel-Buffering", "no"}});
-    if (anthropic) {
-      ojson msg = message_head();
-      msg["content"] = ojson::array();
-      msg["stop_reason"] = nullptr;
-      msg["stop_sequence"] = nullptr;
-      msg["usage"] = {{"input_tokens", g().prompt_tokens()}, {"output_tokens", 0}};
-      write_event(out, "message_start", ojson{{"type", "message_start"}, {"message", msg}});
+    if (shape) {
+      shape->begin(chat_end(), out);
       res->write(std::exchange(out, {}));
       return;
     }
@@ -300,7 +295,7 @@ class OpenAIJob : public HttpSink {
   void append_chunk(size_t si, size_t index, const StreamEvent& ev, size_t first_token) {
     const ChoiceOutput& c = g().choices()[index];
     Sent& sent = sent_[index];
-    if (anthropic) return message_events(index, ev);
+    if (shape) return shape->add(read(outputs_[index], ev.text, ev.finished), &out);
     if (kind == Endpoint::kGenerate) {
       // vLLM's demo /generate: the whole text so far of every choice, objects separated by "\0".
       ojson texts = ojson::array();
@@ -374,71 +369,37 @@ class OpenAIJob : public HttpSink {
     return deltas;
   }
 
-  // ---- Anthropic's Messages shape (one choice) ----
-  ojson message_head() const {
-    return ojson{{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", model_name}};
+  // ---- another API's shape (one choice) ----
+  // A choice's text as the chat path reads it (`finished`: the last of it).
+  static ChatDelta read(ChatOutput& o, std::string_view text, bool finished) {
+    if (o.passthrough()) return ChatDelta{"", std::string(text), {}};
+    ChatDelta d = o.feed(text);
+    if (finished) append(d, o.finish());
+    return d;
   }
 
-  // Feeds a choice's text, as the chat path reads it, into `blocks`:
-  // reasoning (--reasoning-parser) becomes thinking blocks.
-  static void feed_blocks(ChatOutput& o, std::string_view text, bool finished, MessageBlocks& blocks,
-                          std::string* events) {
-    ChatDelta d;
-    if (o.passthrough()) {
-      d.content = std::string(text);
-    } else {
-      d = o.feed(text);
-      if (finished) append(d, o.finish());
-    }
-    blocks.thinking(d.reasoning, events);
-    blocks.text(d.content, events);
-    for (const auto& t : d.tool_calls) blocks.tool_call(t, events);
-    if (finished) blocks.close(events);
-  }
-
-  void message_events(size_t index, const StreamEvent& ev) {
-    feed_blocks(outputs_[index], ev.text, ev.finished, blocks_, &out);
-  }
-
-  // stop_reason and stop_sequence.
-  std::pair<ojson, ojson> message_stop(const ChoiceOutput& c, bool tool_use) const {
-    const char* name = finish_name(c.finish_reason);
-    if (!name) return {nullptr, nullptr};
-    if (std::string_view(name) == "length") return {"max_tokens", nullptr};
+  ChatEnd chat_end() const {
+    ChatEnd e{nullptr, "", g().prompt_tokens(), g().completion_tokens()};
+    const ChoiceOutput& c = g().choices()[0];
+    e.finish = finish_name(c.finish_reason);
     const auto& stops = sreq.options.stop;
     if (!c.stop_reason.empty() && std::find(stops.begin(), stops.end(), c.stop_reason) != stops.end())
-      return {"stop_sequence", c.stop_reason};
-    return {tool_use ? "tool_use" : "end_turn", nullptr};
+      e.stop_sequence = c.stop_reason;
+    return e;
   }
 
-  void finish_message_stream() {
-    if (error_sent_ || g().failed()) return;
-    blocks_.close(&out);
-    auto [reason, seq] = message_stop(g().choices()[0], blocks_.has_tool_use());
-    write_event(out, "message_delta",
-                ojson{{"type", "message_delta"},
-                      {"delta", {{"stop_reason", reason}, {"stop_sequence", seq}}},
-                      {"usage", {{"output_tokens", g().completion_tokens()}}}});
-    write_event(out, "message_stop", ojson{{"type", "message_stop"}});
-  }
-
-  void finish_message() {
-    const ChoiceOutput& c = g().choices()[0];
+  void finish_shaped() {
     ChatOutput o = chat_output();
-    MessageBlocks blocks;
-    feed_blocks(o, c.text, true, blocks, nullptr);
-    auto [reason, seq] = message_stop(c, blocks.has_tool_use());
-    ojson body = message_head();
-    body["content"] = blocks.content();
-    body["stop_reason"] = reason;
-    body["stop_sequence"] = seq;
-    body["usage"] = {{"input_tokens", g().prompt_tokens()}, {"output_tokens", g().completion_tokens()}};
-    res->send(json_response(200, body));
+    shape->add(read(o, g().choices()[0].text, true), nullptr);
+    res->send(json_response(200, shape->body(chat_end())));
   }
 
   // ---- the end ----
   void finish_stream() {
-    if (anthropic) return finish_message_stream();
+    if (shape) {
+      if (!error_sent_ && !g().failed()) shape->end(chat_end(), out);
+      return;
+    }
     if (kind == Endpoint::kGenerate) return;
     if (sreq.include_usage) {
       ojson ch = chunk_head(kind == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
@@ -491,7 +452,7 @@ class OpenAIJob : public HttpSink {
   }
 
   void finish_response() {
-    if (anthropic) return finish_message();
+    if (shape) return finish_shaped();
     const size_t num_prompts = g().prompts().size();
     if (kind == Endpoint::kGenerate) {
       ojson texts = ojson::array();
@@ -520,14 +481,14 @@ class OpenAIJob : public HttpSink {
   std::vector<Sent> sent_;
   // A streamed chat: each choice's output.
   std::vector<ChatOutput> outputs_;
-  MessageBlocks blocks_;  // a streamed message's content blocks
   bool error_sent_ = false;
 };
 
 // ------------------------------------------------------------ OpenAIServer
 
 OpenAIServer::OpenAIServer(const FrontendContext& ctx, ApiConfig config)
-    : ctx_(ctx), config_(std::move(config)), created_(unix_now()) {}
+    : ctx_(ctx), config_(std::move(config)), created_(unix_now()),
+      responses_(std::make_shared<ResponseStore>()) {}
 
 std::shared_ptr<const ServedModel> OpenAIServer::request_model(const json& body) const {
   auto it = body.find("model");
@@ -581,10 +542,12 @@ HttpResponse OpenAIServer::route(HttpRequest& req, const std::shared_ptr<Respond
   }
   static const char* const kRoutes[] = {"/v1/models",   "/v1/completions", "/v1/chat/completions",
                                         "/v1/messages", "/v1/chat/completions/render", "/generate",
-                                        "/tokenize",    "/detokenize"};
+                                        "/tokenize",    "/detokenize", "/v1/responses"};
   static constexpr std::string_view kModelPrefix = "/v1/models/";  // OpenAI's retrieve-model route
+  static constexpr std::string_view kResponsePrefix = "/v1/responses/";  // GET, DELETE one response
   const bool one_model = p.size() > kModelPrefix.size() && p.starts_with(kModelPrefix);
-  if (!one_model &&
+  const bool one_response = p.size() > kResponsePrefix.size() && p.starts_with(kResponsePrefix);
+  if (!one_model && !one_response &&
       std::find_if(std::begin(kRoutes), std::end(kRoutes), [&](const char* r) { return p == r; }) == std::end(kRoutes))
     throw ApiError(404, fmt::format("Not Found: {} {}", m, p));
   const bool messages_api = p == "/v1/messages";
@@ -597,8 +560,13 @@ HttpResponse OpenAIServer::route(HttpRequest& req, const std::shared_ptr<Respond
     only("GET");
     return model(percent_decode(p.substr(kModelPrefix.size())));
   }
+  if (one_response) {
+    if (m != "DELETE") only("GET");
+    return stored_response(percent_decode(p.substr(kResponsePrefix.size())), m == "DELETE");
+  }
   only("POST");
-  const bool generates = p == "/v1/completions" || p == "/v1/chat/completions" || p == "/generate" || messages_api;
+  const bool generates = p == "/v1/completions" || p == "/v1/chat/completions" || p == "/generate" ||
+                         p == "/v1/responses" || messages_api;
   if (generates && ctx_.core().draining()) throw ApiError(503, "the server is shutting down");
   // Everything with a body is parsed, rendered and tokenized off the I/O thread.
   auto owned = std::make_shared<HttpRequest>(std::move(req));
@@ -616,6 +584,7 @@ void OpenAIServer::handle_body(const HttpRequest& req, const std::shared_ptr<Res
   if (p == "/v1/completions") completions(req, res);
   else if (p == "/v1/chat/completions") chat(req, res);
   else if (p == "/v1/messages") messages(req, res);
+  else if (p == "/v1/responses") responses(req, res);
   else generate(req, res);
 }
 
@@ -919,26 +888,50 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
 }
 
 void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  run_chat(req.body, ctx_.parse_request(req), false, res);
+  run_chat(req.body, ctx_.parse_request(req), "chatcmpl-", nullptr, res);
 }
 
 void OpenAIServer::messages(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
   ctx_.parse_request(req);  // a JSON object within the limits
   std::string body = messages_to_chat_body(req.body);
   json parsed = parse_json_object(body, ctx_.core().limits().max_json_depth + 2);  // tool_use input nests one deeper
-  run_chat(body, std::move(parsed), true, res);
+  run_chat(body, std::move(parsed), "msg_", anthropic_message, res);
 }
 
-void OpenAIServer::run_chat(std::string_view text, json body, bool anthropic, const std::shared_ptr<Responder>& res) {
+void OpenAIServer::responses(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
+  ctx_.parse_request(req);  // a JSON object within the limits
+  auto r = std::make_shared<ResponsesRequest>(responses_to_chat(req.body, *responses_));
+  // The stored conversation of previous_response_id may nest deeper than this request did.
+  json parsed = parse_json_object(r->chat_body, ctx_.core().limits().max_json_depth + 4);
+  const std::string body = r->chat_body;
+  run_chat(body, std::move(parsed), "resp_",
+           [r, store = responses_](std::string id, std::string model) {
+             return responses_answer(std::move(*r), std::move(id), std::move(model), store);
+           },
+           res);
+}
+
+HttpResponse OpenAIServer::stored_response(const std::string& id, bool erase) {
+  if (erase) {
+    if (!responses_->erase(id)) throw ApiError(404, fmt::format("No response with id '{}' is stored", id), "response_id");
+    return json_response(200, ojson{{"id", id}, {"object", "response"}, {"deleted", true}});
+  }
+  auto entry = responses_->get(id);
+  if (!entry) throw ApiError(404, fmt::format("No response with id '{}' is stored", id), "response_id");
+  return json_response(200, entry->response);
+}
+
+void OpenAIServer::run_chat(std::string_view text, json body, const char* id_prefix, const ShapeFactory& shape,
+                            const std::shared_ptr<Responder>& res) {
   std::shared_ptr<const Model> mp = request_model(body);
   const Model& m = *mp;
   Fields f(body);
   f.touch("model");
 
   auto job = std::make_shared<OpenAIJob>(Endpoint::kChat);
-  job->anthropic = anthropic;
-  job->id = anthropic ? random_id("msg_") : random_id("chatcmpl-");
+  job->id = random_id(id_prefix);
   job->model_name = m.name();
+  if (shape) job->shape = shape(job->id, m.name());
   job->sreq = parse_sampling(f, Endpoint::kChat, m.defaults);
   bool add_special = false;
   std::string prompt = render_chat(m, f, text, add_special, &job->chat_echo, &job->tool_choice);
@@ -952,7 +945,7 @@ void OpenAIServer::run_chat(std::string_view text, json body, bool anthropic, co
                     m.defaults.generation);
   job->want_prompt_logprobs = job->sreq.options.sampling.prompt_logprobs >= 0;
   f.touch("functions");
-  f.log_unknown(anthropic ? "/v1/messages" : "/v1/chat/completions");
+  f.log_unknown(job->shape ? job->shape->route() : "/v1/chat/completions");
   start(job, mp, {std::move(p)}, res);
 }
 

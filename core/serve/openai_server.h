@@ -1,7 +1,8 @@
 #pragma once
 // The OpenAI-compatible API (as vLLM serves it), a codec over the
 // ServingCore: /v1/models, /v1/completions, /v1/chat/completions (+ /render),
-// Anthropic's /v1/messages (messages_api.h), vLLM's /generate, /tokenize, /detokenize, /health, /ping, /version,
+// Anthropic's /v1/messages (messages_api.h), OpenAI's /v1/responses
+// (responses_api.h), vLLM's /generate, /tokenize, /detokenize, /health, /ping, /version,
 // /metrics.
 //
 // Several models may be served at once (a model repository, --model given
@@ -14,6 +15,7 @@
 // connections or /health), then started as a Generation whose OpenAIJob sink
 // writes the response. Threads: handle() may run on any I/O thread.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +23,9 @@
 #include "serve/api_common.h"
 #include "serve/frontend_context.h"
 #include "serve/generation.h"
+#include "serve/chat_shape.h"
 #include "serve/http_server.h"
+#include "serve/response_store.h"
 #include "serve/served_model.h"
 #include "serve/tool_choice.h"
 
@@ -60,9 +64,16 @@ class OpenAIServer {
   void chat(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   // Anthropic's POST /v1/messages: the request as a chat (messages_api.h), answered in Anthropic's shape.
   void messages(const HttpRequest& req, const std::shared_ptr<Responder>& res);
+  // OpenAI's POST /v1/responses: the request as a chat (responses_api.h), answered as a response.
+  void responses(const HttpRequest& req, const std::shared_ptr<Responder>& res);
+  // GET (or, with `erase`, DELETE) /v1/responses/{id}.
+  HttpResponse stored_response(const std::string& id, bool erase);
+  // Makes the shape of a chat answered in another API's shape, from its id and the model's name.
+  using ShapeFactory = std::function<std::unique_ptr<ChatShape>(std::string id, std::string model)>;
   // A chat request (`text`: its JSON text, `body`: parsed), answered as a chat
-  // completion or (`anthropic`) as an Anthropic message.
-  void run_chat(std::string_view text, json body, bool anthropic, const std::shared_ptr<Responder>& res);
+  // completion (no `shape`) or in the shape `shape` makes; ids start with `id_prefix`.
+  void run_chat(std::string_view text, json body, const char* id_prefix, const ShapeFactory& shape,
+                const std::shared_ptr<Responder>& res);
   void generate(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   void start(const std::shared_ptr<OpenAIJob>& job, std::shared_ptr<const ServedModel> model,
              std::vector<Prompt> prompts, const std::shared_ptr<Responder>& res);
@@ -75,6 +86,7 @@ class OpenAIServer {
   const FrontendContext& ctx_;
   ApiConfig config_;
   const int64_t created_;
+  const std::shared_ptr<ResponseStore> responses_;  // shared with the jobs that store into it
 };
 
 }  // namespace halo::serve
