@@ -1,15 +1,17 @@
 #include "serve/chat_output.h"
 
+#include <algorithm>
+
 namespace halo::serve {
 
 namespace {
 
-void append(ChatDelta& d, ToolParseDelta&& p) {
+// `one_call`: parallel_tool_calls false, so only the first call is kept (as vLLM does).
+void append(ChatDelta& d, ToolParseDelta&& p, bool one_call) {
   d.content += p.content;
-  for (auto& c : p.tool_calls) d.tool_calls.push_back(std::move(c));
+  for (auto& c : p.tool_calls)
+    if (!one_call || c.index == 0) d.tool_calls.push_back(std::move(c));
 }
-
-const std::vector<ToolCall> kNoCalls;
 
 }  // namespace
 
@@ -31,13 +33,14 @@ ChatOutput::ChatOutput(const ToolChoice& tc, const std::string& tool_parser,
     scanner_ = std::make_unique<ToolCallScanner>(tc);
   else if (tc.auto_parse() && !tool_parser.empty())
     parser_ = ToolCallParser::make(tool_parser);
+  one_call_ = parser_ && !tc.parallel_tool_calls;
 }
 
 void ChatOutput::answer(std::string_view text, ChatDelta& d) {
   if (scanner_) {
     for (auto& c : scanner_->feed(text)) d.tool_calls.push_back(std::move(c));
   } else if (parser_) {
-    append(d, parser_->feed(text));
+    append(d, parser_->feed(text), one_call_);
   } else {
     d.content += text;
   }
@@ -62,14 +65,15 @@ ChatDelta ChatOutput::finish() {
     d.reasoning = std::move(r.reasoning);
     answer(r.content, d);
   }
-  if (parser_) append(d, parser_->finish());
+  if (parser_) append(d, parser_->finish(), one_call_);
   return d;
 }
 
-const std::vector<ToolCall>& ChatOutput::calls() const {
+std::vector<ToolCall> ChatOutput::calls() const {
   if (scanner_) return scanner_->calls();
-  if (parser_) return parser_->calls();
-  return kNoCalls;
+  if (!parser_) return {};
+  const auto& all = parser_->calls();
+  return {all.begin(), all.begin() + static_cast<long>(one_call_ ? std::min<size_t>(all.size(), 1) : all.size())};
 }
 
 const char* ChatOutput::finish_reason(const char* engine_reason) const {

@@ -6,7 +6,9 @@
 //   2. in the answer, tool calls: a forced tool_choice's calls
 //      (ToolCallScanner, tool_choice.h), or with tool_choice auto, tools in the
 //      request and a --tool-call-parser (the model's), calls parsed out of free
-//      text (tool_parsers.h), the text around them being content;
+//      text (tool_parsers.h), the text around them being content; with
+//      parallel_tool_calls false only the first parsed call is kept, as vLLM
+//      does (a forced choice's grammar allows only one then);
 //   3. everything else is `content`.
 // With none of these the text passes through as content unchanged.
 // A ChatOutput is a plain value used by one thread at a time.
@@ -41,8 +43,8 @@ class ChatOutput {
 
   ChatDelta feed(std::string_view text);
   ChatDelta finish();
-  // The calls made so far.
-  const std::vector<ToolCall>& calls() const;
+  // The calls made so far (with parallel_tool_calls false, the first only).
+  std::vector<ToolCall> calls() const;
   // Whether the text is only ever content (then feed() returns it as it came).
   bool passthrough() const { return !reasoning_ && !scanner_ && !parser_; }
   // OpenAI's finish_reason: "tool_calls" when the engine stopped on its own
@@ -56,6 +58,7 @@ class ChatOutput {
   std::unique_ptr<ReasoningParser> reasoning_;
   std::unique_ptr<ToolCallScanner> scanner_;  // forced tool choice
   std::unique_ptr<ToolCallParser> parser_;    // auto
+  bool one_call_ = false;                     // auto with parallel_tool_calls false
 };
 
 }  // namespace halo::serve

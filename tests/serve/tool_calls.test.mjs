@@ -76,6 +76,29 @@ test('auto, streamed: the SDK accumulates the same calls; no markup in delta.con
   checkCalls(final.choices[0].message);
 });
 
+test('parallel_tool_calls false: only the first of two written calls, streamed and not', async () => {
+  const TWO = [
+    'root ::= call "\\n" call',
+    'call ::= "<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"" [A-Z] [a-z]{1,8} "\\"}}\\n</tool_call>"',
+  ].join('\n');
+  const params = { model: 'pkgchat', messages, tools: TOOLS, temperature: 1, seed: 3, max_tokens: 120,
+    guided_grammar: TWO };
+  const both = await openai.chat.completions.create(params);
+  assert.equal(both.choices[0].message.tool_calls.length, 2, JSON.stringify(both.choices[0]));
+  const one = await openai.chat.completions.create({ ...params, parallel_tool_calls: false });
+  const [first] = both.choices[0].message.tool_calls;
+  assert.deepEqual(one.choices[0].message.tool_calls.map((t) => t.function),  [first.function]);
+  assert.equal(one.choices[0].finish_reason, 'tool_calls');
+  assert.equal(one.choices[0].message.content, null);
+  const stream = openai.chat.completions.stream({ ...params, parallel_tool_calls: false });
+  const indexes = new Set();
+  for await (const chunk of stream)
+    for (const t of chunk.choices[0]?.delta.tool_calls ?? []) indexes.add(t.index);
+  assert.deepEqual([...indexes], [0]);
+  const final = await stream.finalChatCompletion();
+  assert.deepEqual(final.choices[0].message.tool_calls.map((t) => t.function), [first.function]);
+});
+
 test('tool_choice none, or no tools: the same text stays content', async () => {
   for (const extra of [{ tools: TOOLS, tool_choice: 'none' }, {}]) {
     const r = await curlJson(`${server.url}/v1/chat/completions`, { model: 'pkgchat', messages, temperature: 1,
