@@ -73,7 +73,8 @@ std::vector<ToolCall> ChatOutput::calls() const {
   if (scanner_) return scanner_->calls();
   if (!parser_) return {};
   const auto& all = parser_->calls();
-  return {all.begin(), all.begin() + static_cast<long>(one_call_ ? std::min<size_t>(all.size(), 1) : all.size())};
+  return {all.begin(), all.begin() + static_cast<long>(one_call_ ? std::min<size_t>(all.size(), 1)
+                                                                 : all.size())};
 }
 
 const char* ChatOutput::finish_reason(const char* engine_reason) const {
