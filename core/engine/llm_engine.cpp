@@ -213,7 +213,10 @@ std::shared_ptr<Sequence> LLMEngine::make_sequence(const std::string& request_id
   seq->prompt_ids = prompt_ids;
   seq->rng.seed(params.seed ? *params.seed : config_.seed * 0x9E3779B97F4A7C15ull + seq->arrival);
   seq->params = std::move(params);
-  if (seq->params.guide) seq->guide_state = seq->params.guide->start();
+  if (seq->params.guide) {
+    seq->guide_state = seq->params.guide->start();
+    seq->guide_waiting = seq->params.guide_gate.active() && seq->params.guide_gate.open;
+  }
   live_[request_id] = seq;
   return seq;
 }
@@ -304,7 +307,7 @@ void LLMEngine::read_step(const SchedulerOutput& sched, size_t i, StepResult& re
     for (int32_t e : seq.params.stop_token_ids)
       if (e >= 0 && e < vocab) logits[e] = ninf;
   }
-  if (seq.params.guide) apply_guide(seq, logits);
+  if (seq.params.guide && !seq.guide_waiting) apply_guide(seq, logits);
   // The sampler advances the sequence's own generator (its only write here).
   SampleResult r = sampler_.sample(logits, seq.params, seq.prompt_ids, seq.output_ids, seq.rng);
   result.sampled = true;
@@ -314,7 +317,7 @@ void LLMEngine::read_step(const SchedulerOutput& sched, size_t i, StepResult& re
 
 // Guided decoding: every token that would break the constraint is impossible;
 // end-of-sequence only where the output is complete (then it is the only choice
-// when nothing may follow).
+// when nothing may follow). A first token that opens the reasoning stays possible.
 void LLMEngine::apply_guide(const Sequence& seq, std::span<float> logits) const {
   const auto& g = *seq.params.guide;
   const bool complete = g.accepting(seq.guide_state);
@@ -322,7 +325,10 @@ void LLMEngine::apply_guide(const Sequence& seq, std::span<float> logits) const 
   std::vector<std::pair<int32_t, float>> eos;  // EOS is a special token: masked below
   for (int32_t e : eos_ids_)
     if (e >= 0 && e < vocab) eos.push_back({e, logits[static_cast<size_t>(e)]});
+  const int32_t think = seq.params.guide_gate.active() && seq.output_ids.empty() ? seq.params.guide_gate.start : -1;
+  const float think_logit = think >= 0 && think < vocab ? logits[static_cast<size_t>(think)] : 0.0f;
   bool any = text::guided::apply_mask(*g.allowed(seq.guide_state), g.vocab_size(), logits.data(), vocab);
+  if (think >= 0 && think < vocab) logits[static_cast<size_t>(think)] = think_logit, any = true;
   if (complete)
     for (const auto& [e, v] : eos) logits[static_cast<size_t>(e)] = v, any = true;
   if (!any && !eos.empty()) logits[static_cast<size_t>(eos[0].first)] = 0.0f;  // a dead end: end it

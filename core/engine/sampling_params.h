@@ -12,6 +12,18 @@ class Guide;
 
 namespace halo::engine {
 
+// A reasoning model thinks before its guided answer: the guide holds only
+// after `end` (its </think> token) has been generated, as vLLM's
+// reasoning-aware structured output does. `open`: the prompt opened the
+// reasoning (DeepSeek-R1's template); otherwise a first token `start`
+// (<think>, -1: none) opens it, and the guide allows that token there.
+struct ReasoningGate {
+  int32_t start = -1;
+  int32_t end = -1;  // -1: no gate, the guide holds from the first token
+  bool open = false;
+  bool active() const { return end >= 0; }
+};
+
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy
   float top_p = 1.0f;
@@ -30,6 +42,7 @@ struct SamplingParams {
   // Guided decoding: only tokens that keep the output matching this
   // constraint are sampled, and end-of-sequence only where it is complete.
   std::shared_ptr<const text::guided::Guide> guide;
+  ReasoningGate guide_gate;  // with `guide`: the reasoning it waits for
 
   // Throws halo::Error naming the field and value when out of range.
   void validate() const;

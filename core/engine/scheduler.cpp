@@ -17,6 +17,20 @@ void stamp_first_scheduled(SchedulerOutput& out) {
     if (s.seq->first_scheduled == std::chrono::steady_clock::time_point{}) s.seq->first_scheduled = now;
 }
 
+// The guide after `token` (already appended to the output). Reasoning before
+// a gated guide: a first <think> opens it, </think> ends it; the guide then
+// starts from its first state.
+void advance_guide(Sequence& seq, int32_t token) {
+  const ReasoningGate& gate = seq.params.guide_gate;
+  if (seq.guide_waiting) {
+    if (token == gate.end) seq.guide_waiting = false;
+  } else if (gate.active() && seq.output_ids.size() == 1 && token == gate.start) {
+    seq.guide_waiting = true;
+  } else {
+    seq.guide_state = seq.params.guide->advance(seq.guide_state, token);
+  }
+}
+
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvBlockManager& blocks)
@@ -202,8 +216,7 @@ KvBlockManager::BlockCopies Scheduler::update_from_step(const SchedulerOutput& s
       continue;
     }
     seq.output_ids.push_back(r.token.token);
-    if (seq.params.guide)
-      seq.guide_state = seq.params.guide->advance(seq.guide_state, r.token.token);
+    if (seq.params.guide) advance_guide(seq, r.token.token);
     seq.output_logprobs.push_back(std::move(r.token));
     check_stop(seq);
   }

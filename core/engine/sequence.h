@@ -47,6 +47,7 @@ struct Sequence {
   std::vector<uint64_t> block_hashes;  // prefix-cache hash chain of the full blocks registered so far
   std::shared_ptr<BeamGroup> beam;     // set: one beam of a beam search (the scheduler drives it)
   int32_t guide_state = 0;             // params.guide's automaton state after the output so far
+  bool guide_waiting = false;          // inside params.guide_gate's reasoning: the guide does not hold yet
 
   int num_tokens() const { return static_cast<int>(prompt_ids.size() + output_ids.size()); }
   int32_t token_at(int i) const {

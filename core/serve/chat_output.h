@@ -36,8 +36,9 @@ class ChatOutput {
  public:
   // `tool_parser`, `reasoning_parser`: the model's ("" for none). A forced
   // tool choice's output is all answer, and so is a `constrained` one (guided
-  // decoding, which holds from the first token) unless it opens with <think>
-  // itself (so deepseek_r1, whose prompt opens the reasoning, is off for it).
+  // decoding holding from the first token, when the tokenizer has no </think>
+  // token for the engine's reasoning gate) unless it opens with <think> itself
+  // (so deepseek_r1, whose prompt opens the reasoning, is off for it).
   ChatOutput(const ToolChoice& tc, const std::string& tool_parser,
              const std::string& reasoning_parser, bool constrained);
 

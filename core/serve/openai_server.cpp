@@ -98,7 +98,8 @@ class OpenAIJob : public HttpSink {
   int completion_logprobs = -1;  // completions: logprobs k
   bool want_prompt_logprobs = false;
   ToolChoice tool_choice;  // chat: "required" or a named function makes the text tool_calls
-  // chat: the model's parsers ("": none), and whether guided decoding holds the output
+  // chat: the model's parsers ("": none), and whether guided decoding holds the
+  // output from its first token (not after a reasoning gate)
   std::string tool_parser, reasoning_parser;
   bool constrained = false;
   // chat: answered in another API's shape (Anthropic's Messages, OpenAI's Responses)
@@ -938,7 +939,13 @@ void OpenAIServer::run_chat(std::string_view text, json body, const char* id_pre
   constrain_to_tool_choice(job->tool_choice, job->sreq.options);
   job->tool_parser = m.tool_parser;
   job->reasoning_parser = m.reasoning_parser;
+  // Guided decoding holds from the first token, or after a reasoning model's </think>.
   job->constrained = job->sreq.options.guided();
+  if (job->constrained && !m.reasoning_parser.empty() && !job->tool_choice.forced())
+    if (auto gate = reasoning_gate(m.reasoning_parser, m.tokenizer())) {
+      job->sreq.options.sampling.guide_gate = *gate;
+      job->constrained = false;
+    }
   Prompt p{prompt, true, m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos))};
   truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
   settle_max_tokens(job->sreq, Endpoint::kChat, static_cast<int>(p.ids.size()), m.max_model_len,

@@ -66,4 +66,15 @@ ReasoningParser::Delta ReasoningParser::finish() {
   return d;
 }
 
+std::optional<engine::ReasoningGate> reasoning_gate(std::string_view parser,
+                                                    const text::Tokenizer& tok) {
+  const auto end = tok.token_to_id(kClose);
+  if (!end) return std::nullopt;
+  engine::ReasoningGate gate;
+  gate.end = *end;
+  gate.start = tok.token_to_id(kOpen).value_or(-1);
+  gate.open = ReasoningParser::make(parser)->opened_by_prompt();
+  return gate;
+}
+
 }  // namespace halo::serve

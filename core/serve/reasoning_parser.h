@@ -13,8 +13,12 @@
 // a marker is held back until it is decided, so no marker reaches either
 // side. A plain value used by one thread at a time.
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "engine/sampling_params.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace halo::serve {
 
@@ -45,5 +49,13 @@ class ReasoningParser {
   State state_;
   std::string held_;  // undecided text: a possible marker
 };
+
+// What a guided answer after this parser's reasoning waits for
+// (engine::ReasoningGate): the tokenizer's </think> and <think> ids, open
+// when the prompt opens the reasoning (deepseek_r1). nullopt when </think> is
+// not one token of the vocabulary: then the guide holds from the first token
+// and the reasoning is only what the guide lets the model write.
+std::optional<engine::ReasoningGate> reasoning_gate(std::string_view parser,
+                                                    const text::Tokenizer& tok);
 
 }  // namespace halo::serve

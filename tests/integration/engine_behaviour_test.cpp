@@ -3,9 +3,11 @@
 // independent of batch neighbours, and the async streaming API.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <random>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -287,4 +289,53 @@ TEST(AsyncEngine, InvalidRequestIsRefusedBeforeAnyStreamExists) {
   bad_n.n = 3;
   bad_n.best_of = 2;
   EXPECT_THROW(eng.add_request("x", {1, 2}, bad_n), Error);
+}
+
+// Reasoning before a guided answer (SamplingParams::guide_gate): while the
+// reasoning is open the guide does not hold, so the output is the free
+// greedy output up to and including the gate's end token; from there on only
+// the guide's strings (here three digits) can follow. The gate tokens are
+// taken from the free output itself, so the test needs no reasoning model.
+TEST(EngineGuided, AReasoningGateDefersTheGuideUntilItsEndToken) {
+  auto tok = text::Tokenizer::from_model_dir(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m");
+  AsyncEngine eng(config(), demo_model(), tok);
+  auto prompt = tok.encode("<s><|user|>\nWhat is curl?<|end|>\n<|assistant|>\n", false);
+  RequestOptions free;
+  free.sampling = greedy(12);
+  const std::vector<int32_t> ids = eng.generate({{prompt, free}})[0].choices.at(0).token_ids;
+  ASSERT_EQ(ids.size(), 12u);
+  // The gate's end: the first token not seen before it in the free output.
+  size_t k = 2;
+  while (k < ids.size() && std::find(ids.begin(), ids.begin() + static_cast<long>(k), ids[k]) != ids.begin() + static_cast<long>(k)) ++k;
+  ASSERT_LT(k, ids.size() - 4);
+  auto digits_after = [&](const std::vector<int32_t>& out, size_t from) {
+    return tok.decode(std::vector<int32_t>(out.begin() + static_cast<long>(from), out.end()), true);
+  };
+  RequestOptions guided = free;
+  guided.sampling.ignore_eos = false;
+  guided.guided_regex = "[0-9]{3}";
+
+  // Without a gate the guide holds from the first token.
+  auto plain = eng.generate({{prompt, guided}})[0].choices.at(0);
+  EXPECT_TRUE(std::regex_match(plain.text, std::regex("[0-9]{3}"))) << plain.text;
+
+  // Opened by the prompt: free up to ids[k], then three digits.
+  RequestOptions open = guided;
+  open.sampling.guide_gate = ReasoningGate{-1, ids[k], true};
+  auto o = eng.generate({{prompt, open}})[0].choices.at(0);
+  ASSERT_GT(o.token_ids.size(), k + 1);
+  EXPECT_EQ(std::vector<int32_t>(o.token_ids.begin(), o.token_ids.begin() + static_cast<long>(k) + 1),
+            std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<long>(k) + 1));
+  EXPECT_TRUE(std::regex_match(digits_after(o.token_ids, k + 1), std::regex("[0-9]{3}")))
+      << digits_after(o.token_ids, k + 1);
+
+  // Opened by a first token the guide itself would refuse (ids[0], not a digit).
+  RequestOptions opened_by_output = guided;
+  opened_by_output.sampling.guide_gate = ReasoningGate{ids[0], ids[k], false};
+  auto f = eng.generate({{prompt, opened_by_output}})[0].choices.at(0);
+  ASSERT_GT(f.token_ids.size(), k + 1);
+  EXPECT_EQ(std::vector<int32_t>(f.token_ids.begin(), f.token_ids.begin() + static_cast<long>(k) + 1),
+            std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<long>(k) + 1));
+  EXPECT_TRUE(std::regex_match(digits_after(f.token_ids, k + 1), std::regex("[0-9]{3}")));
+
 }

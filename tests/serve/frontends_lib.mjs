@@ -45,11 +45,12 @@ export function tempDir(prefix) {
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
-// A small random qwen3-family model (pkgchat's tokenizer) in `dir`.
-export async function makeTinyModel(dir) {
+// A small random qwen3-family model in `dir`, with pkgchat's tokenizer or the
+// one in the directory `tokenizer`.
+export async function makeTinyModel(dir, { tokenizer } = {}) {
   const r = await run('/usr/bin/python3', [path.join(REPO, 'tools', 'make_test_model.py'), '--family', 'qwen3',
     '--out', dir, '--hidden', '64', '--layers', '2', '--heads', '4', '--kv-heads', '2', '--intermediate', '128',
-    '--max-pos', '1024', '--seed', '3']);
+    '--max-pos', '1024', '--seed', '3', ...(tokenizer ? ['--tokenizer', tokenizer] : [])]);
   if (r.code !== 0) throw new Error(`make_test_model.py failed: ${r.stderr}`);
   return dir;
 }

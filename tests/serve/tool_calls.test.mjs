@@ -143,3 +143,30 @@ test('unknown parser names refuse the server with the names there are', async ()
     assert.match(r.stderr + r.stdout, want);
   }
 });
+
+// With a tokenizer that has a </think> token (a tiny random model with Qwen3's),
+// structured output waits for the reasoning to end (the engine's reasoning
+// gate, tested token by token in engine_behaviour_test): the random model
+// reasons freely in text a JSON guide would never allow, and whatever answer
+// follows a </think> fits the schema.
+test('--reasoning-parser deepseek_r1 with response_format: the guide holds after the reasoning', async () => {
+  const { makeTinyModel } = await import('./frontends_lib.mjs');
+  const model = await makeTinyModel(path.join(tmp.dir, 'tiny'),
+    { tokenizer: path.join(REPO, 'tests', 'data', 'tokenizers', 'qwen3') });
+  const template = path.join(tmp.dir, 'qwen3.jinja');
+  const thinker = await startServer([model, '--served-model-name', 'pkgchat', '--chat-template', template,
+    '--reasoning-parser', 'deepseek_r1']);
+  try {
+    const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'],
+      additionalProperties: false };
+    const r = await client(thinker).chat.completions.create({ model: 'pkgchat', messages, temperature: 0,
+      max_tokens: 40, response_format: { type: 'json_schema', json_schema: { name: 'a', schema } } });
+    const m = r.choices[0].message;
+    assert.equal(typeof m.reasoning_content, 'string', JSON.stringify(m));
+    assert.ok(m.reasoning_content.length > 0);
+    assert.ok(!/^\s*\{/.test(m.reasoning_content), `the reasoning was guided: ${m.reasoning_content}`);
+    if (m.content && r.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(m.content).ok, 'boolean');
+  } finally {
+    assert.equal((await thinker.stop()).code, 0, thinker.stderr);
+  }
+});
