@@ -17,6 +17,7 @@
 #include "serve/engine_args.h"
 #include "serve/model_loading.h"
 #include "serve/serving_config.h"
+#include "serve/tool_messages.h"
 #include "text/jinja/chat_template.h"
 
 namespace halo::python {
@@ -220,6 +221,9 @@ std::string PyEngine::render_chat(const std::string& messages_json, bool add_gen
   try {
     text::ChatRenderRequest rr;
     rr.messages = nlohmann::ordered_json::parse(messages_json);
+    // Tool history as the server prepares it (and vLLM's LLM.chat): arguments
+    // as objects, an assistant content of None beside tool_calls as "".
+    serve::prepare_tool_messages(rr.messages);
     if (tools_json != nullptr) rr.tools = nlohmann::ordered_json::parse(*tools_json);
     if (kwargs_json != nullptr)
       rr.chat_template_kwargs = nlohmann::ordered_json::parse(*kwargs_json);

@@ -90,3 +90,43 @@ def test_template_error_is_a_value_error(llm):
         llm.chat([{"role": "robot", "content": "beep"}], SamplingParams(max_tokens=2))
     print(info.value)
     assert "robot" in str(info.value)
+
+
+# A tool conversation as the OpenAI SDKs send it (content None beside
+# tool_calls, arguments as JSON text), under Qwen3's own template: LLM.chat
+# renders it as jinja2 renders the conversation vLLM prepares (arguments as
+# objects, content ""), with the tools in the prompt.
+QWEN3_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "tokenizers",
+                            "qwen3", "tokenizer_config.json")
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+SDK_TOOL_CONV = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'},
+]
+
+
+def test_chat_with_tool_history_renders_as_vllm_prepares_it(llm):
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jinja"))
+    from render_reference import ENV  # transformers' jinja2 environment (tojson as it overrides it)
+
+    with open(QWEN3_CONFIG, encoding="utf-8") as f:
+        template = json.load(f)["chat_template"]
+    prepared = json.loads(json.dumps(SDK_TOOL_CONV))
+    prepared[1]["content"] = ""
+    prepared[1]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris"}
+    want = ENV.from_string(template).render(messages=prepared, tools=TOOLS, add_generation_prompt=True)
+    with pytest.raises(Exception):  # the null as the SDKs send it breaks the template in jinja2 too
+        ENV.from_string(template).render(messages=SDK_TOOL_CONV, tools=TOOLS, add_generation_prompt=True)
+    assert "<tool_response>" in want and "get_weather" in want
+    tok = llm.get_tokenizer()
+    assert tok.apply_chat_template(SDK_TOOL_CONV, tools=TOOLS, tokenize=False, chat_template=template,
+                                   add_generation_prompt=True) == want
+    out = llm.chat(SDK_TOOL_CONV, SamplingParams(temperature=0, max_tokens=4), chat_template=template, tools=TOOLS)[0]
+    assert out.prompt == want
+    bad = [SDK_TOOL_CONV[0], SDK_TOOL_CONV[1], {"role": "tool", "content": "x"}]
+    with pytest.raises(ValueError, match="tool_call_id"):
+        llm.chat(bad, SamplingParams(max_tokens=2), chat_template=template, tools=TOOLS)
