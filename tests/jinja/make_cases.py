@@ -282,5 +282,85 @@ LLAMA31 = r'''{{- bos_token }}
 T.append({"name": "llama31_tools", "template": LLAMA31, "context": {"bos_token": "<|begin_of_text|>", "messages": tool_history[:4], "tools": tools, "add_generation_prompt": True}})
 T.append({"name": "llama31_no_tools", "template": LLAMA31, "context": {"bos_token": "<|begin_of_text|>", "messages": conv, "add_generation_prompt": True}})
 T.append({"name": "llama31_multi_tool_calls_error", "template": LLAMA31, "context": {"bos_token": "<|begin_of_text|>", "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"function": {"name": "a", "arguments": {}}}, {"function": {"name": "b", "arguments": {}}}]}], "tools": tools}})
+
+# Tool templates written for these tests from the formats the model cards
+# describe (not copied from any model): Mistral's [AVAILABLE_TOOLS] /
+# [TOOL_CALLS] / [TOOL_RESULTS] (v0.3 instruct, 9-character call ids), and
+# the pythonic calls of Llama 3.2 [f(a="x"), g()] with results under ipython.
+MISTRAL_TOOLS = r'''{{- bos_token }}
+{%- set last = namespace(user=-1) %}
+{%- for m in messages %}{% if m.role == 'user' %}{% set last.user = loop.index0 %}{% endif %}{% endfor %}
+{%- for m in messages %}
+    {%- if m.role == 'user' %}
+        {%- if tools and loop.index0 == last.user %}
+            {{- '[AVAILABLE_TOOLS] ' + tools | tojson + '[/AVAILABLE_TOOLS]' }}
+        {%- endif %}
+        {{- '[INST] ' + m.content + '[/INST]' }}
+    {%- elif m.role == 'assistant' and m.tool_calls %}
+        {{- '[TOOL_CALLS] [' }}
+        {%- for c in m.tool_calls %}
+            {%- if c.id is not defined or c.id | length != 9 %}
+                {{- raise_exception('Mistral tool call ids are 9 characters: ' ~ c.id) }}
+            {%- endif %}
+            {{- {'name': c.function.name, 'arguments': c.function.arguments, 'id': c.id} | tojson }}
+            {%- if not loop.last %}{{- ', ' }}{% endif %}
+        {%- endfor %}
+        {{- ']' + eos_token }}
+    {%- elif m.role == 'assistant' %}
+        {{- ' ' + m.content + eos_token }}
+    {%- elif m.role == 'tool' %}
+        {{- '[TOOL_RESULTS] ' + {'call_id': m.tool_call_id, 'content': m.content} | tojson + '[/TOOL_RESULTS]' }}
+    {%- else %}
+        {{- raise_exception('Only user, assistant and tool roles are supported, not ' + m.role) }}
+    {%- endif %}
+{%- endfor %}
+'''
+PYTHONIC_TOOLS = r'''{{- bos_token }}
+{%- if tools %}
+    {{- '<|start_header_id|>system<|end_header_id|>\n\nYou can call these functions:\n' }}
+    {%- for t in tools %}
+        {{- t.function | tojson(indent=2) + '\n' }}
+    {%- endfor %}
+    {{- 'To call functions, answer only with a Python list of calls: [func(arg=value), ...]<|eot_id|>' }}
+{%- endif %}
+{%- for m in messages %}
+    {%- if m.role == 'assistant' and m.tool_calls %}
+        {{- '<|start_header_id|>assistant<|end_header_id|>\n\n[' }}
+        {%- for c in m.tool_calls %}
+            {{- c.function.name + '(' }}
+            {%- for k, v in c.function.arguments | items %}
+                {{- k + '=' + v | tojson }}{% if not loop.last %}{{ ', ' }}{% endif %}
+            {%- endfor %}
+            {{- ')' }}{% if not loop.last %}{{ ', ' }}{% endif %}
+        {%- endfor %}
+        {{- ']<|eot_id|>' }}
+    {%- elif m.role == 'tool' %}
+        {{- '<|start_header_id|>ipython<|end_header_id|>\n\n' + m.content | string + '<|eot_id|>' }}
+    {%- else %}
+        {{- '<|start_header_id|>' + m.role + '<|end_header_id|>\n\n' + m.content | trim + '<|eot_id|>' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}
+'''
+mistral_history = [{"role": "user", "content": "Weather in Paris and Lyon?"},
+                   {"role": "assistant", "content": "", "tool_calls": [
+                       {"id": "abc123xyz", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}},
+                       {"id": "def456uvw", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Lyon"}}}]},
+                   {"role": "tool", "tool_call_id": "abc123xyz", "content": "{\"temp\": 21}"},
+                   {"role": "tool", "tool_call_id": "def456uvw", "content": "19"},
+                   {"role": "assistant", "content": "Paris 21C, Lyon 19C."},
+                   {"role": "user", "content": "Thanks"}]
+pythonic_history = [{"role": "user", "content": " Weather in Paris? "},
+                    {"role": "assistant", "content": "", "tool_calls": [
+                        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}},
+                        {"type": "function", "function": {"name": "now", "arguments": {}}}]},
+                    {"role": "tool", "content": "{\"temp\": 21}"},
+                    {"role": "tool", "content": "12:00"}]
+for name, template, msgs in (("mistral", MISTRAL_TOOLS, mistral_history), ("pythonic", PYTHONIC_TOOLS, pythonic_history)):
+    ctx = {"bos_token": "<s>", "eos_token": "</s>", "tools": tools, "add_generation_prompt": True}
+    T.append({"name": name + "_tools", "template": template, "context": dict(ctx, messages=msgs[:1])})
+    T.append({"name": name + "_tool_history", "template": template, "context": dict(ctx, messages=msgs)})
+    T.append({"name": name + "_no_tools", "template": template, "context": dict(ctx, messages=msgs[:1], tools=None)})
+T.append({"name": "mistral_bad_call_id_error", "template": MISTRAL_TOOLS, "context": {"bos_token": "<s>", "eos_token": "</s>", "tools": tools, "messages": [mistral_history[0], {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "function": {"name": "now", "arguments": {}}}]}]}})
 json.dump({"template_cases": T, "chat_cases": C}, open(OUT, "w", encoding="utf-8"), ensure_ascii=False, indent=1)
 print(len(T), len(C))
