@@ -10,6 +10,7 @@
 #include "serve/api_common.h"
 #include "serve/guided_request.h"
 #include "serve/single_job.h"
+#include "serve/triton_request.h"
 
 namespace halo::serve {
 namespace {
@@ -43,147 +44,29 @@ std::vector<std::string> split_path(const std::string& p) {
 
 std::string request_id() { return random_id("kserve-"); }
 
-// The vLLM backend's and TensorRT-LLM's names for the OpenAI/vLLM sampling fields.
-std::string canonical_key(const std::string& k) {
-  if (k == "random_seed") return "seed";
-  if (k == "stop_words") return "stop";
-  if (k == "min_length") return "min_tokens";
-  if (k == "runtime_top_k") return "top_k";
-  if (k == "runtime_top_p") return "top_p";
-  if (k == "len_penalty") return "length_penalty";
-  if (k == "streaming") return "stream";
-  return k;
-}
-
-// TensorRT-LLM's word lists (bad_words, stop_words, embedding_bias_words):
-// a string or a list of strings, where an empty string is no word. The
-// field is dropped when no word is left, so that "" and [""] mean "none".
-void drop_empty_words(json& params, const std::string& key) {
-  auto it = params.find(key);
-  if (it == params.end()) return;
-  if (it->is_string()) {
-    if (it->get_ref<const std::string&>().empty()) params.erase(it);
-    return;
-  }
-  if (!it->is_array()) return;  // parse_sampling names the wrong type
-  json words = json::array();
-  for (const auto& w : *it)
-    if (!w.is_string() || !w.get_ref<const std::string&>().empty()) words.push_back(w);
-  if (words.empty()) params.erase(it);
-  else *it = std::move(words);
-}
-
-bool empty_value(const json& v) {
-  if (v.is_null()) return true;
-  if (v.is_array() || v.is_object() || v.is_string()) return v.empty();
-  return false;
-}
-
-// TensorRT-LLM ensemble / BLS inputs halo cannot honour: refused when they ask for something.
-void reject_trtllm_inputs(Fields& f) {
-  static const std::vector<std::pair<const char*, const char*>> refused = {
-      {"embedding_bias_words", "the sampler has no per-token bias"},
-      {"embedding_bias_weights", "the sampler has no per-token bias"},
-      {"lora_task_id", "halo serves no LoRA adapters"},
-      {"lora_weights", "halo serves no LoRA adapters"},
-      {"lora_config", "halo serves no LoRA adapters"},
-      {"prompt_embedding_table", "prompt tuning tables are not supported"},
-      {"decoder_text_input", "encoder-decoder models are not supported"},
-      {"image_input", "halo serves text models"},
-      {"image_bytes_input", "halo serves text models"},
-      {"image_url_input", "halo serves text models"},
-      {"video_bytes_input", "halo serves text models"},
-  };
-  for (const auto& [name, why] : refused) {
-    f.touch(name);
-    const json* v = f.get(name);
-    if (v && !empty_value(*v)) throw ApiError(400, fmt::format("'{}' is not supported by halo: {}", name, why), name);
-  }
-  for (const char* k : {"return_context_logits", "return_generation_logits"})
-    if (f.boolean(k).value_or(false))
-      throw ApiError(400, fmt::format("'{}': halo does not return logits (false is accepted)", k), k);
-  if (f.boolean("return_perf_metrics").value_or(false))
-    throw ApiError(400, "'return_perf_metrics': halo reports performance in /metrics, not per request",
-                   "return_perf_metrics");
-  if (auto n = f.integer("num_return_sequences", 1, 1 << 20); n && *n != 1)
-    throw ApiError(400, "'num_return_sequences' other than 1 is not supported on generate (use /v1/completions 'n')",
-                   "num_return_sequences");
-  f.integer("beam_width", 1, 1);  // above 1 it became use_beam_search (trtllm_beam_width)
-  // No effect on the output: padding, speculative decoding, Triton's sequence batching.
-  f.integer("pad_id", 0, std::numeric_limits<int32_t>::max());
-  for (const char* k : {"num_draft_tokens", "use_draft_logits", "prompt_vocab_size", "prompt_table_extra_id",
-                        "max_queue_delay_microseconds", "sequence_id", "sequence_start", "sequence_end"})
-    f.touch(k);
-}
-
-// TensorRT-LLM's beam_width W > 1: vLLM's beam search of width W returning
-// its best beam (the job answers one sequence).
-void trtllm_beam_width(json& params) {
-  auto bw = params.find("beam_width");
-  if (bw == params.end() || !bw->is_number_integer() || bw->get<int64_t>() <= 1) return;
-  params["use_beam_search"] = true;
-  params["best_of"] = *bw;
-  params.erase(bw);
-}
-
-// TensorRT-LLM's top_k 0 and top_p 0 both mean "off", and both off means
-// greedy; halo's top_p must be in (0, 1].
-void trtllm_sampling_zeros(json& params) {
-  auto p = params.find("top_p");
-  if (p == params.end() || !p->is_number() || p->get<double>() != 0.0) return;
-  params.erase(p);
-  auto k = params.find("top_k");
-  if (k != params.end() && k->is_number() && k->get<double>() == 0.0 && !params.contains("temperature"))
-    params["temperature"] = 0;
-}
-
-void merge_into(json& params, const json& from, const char* where) {
-  if (!from.is_object()) throw ApiError(400, fmt::format("'{}' must be a JSON object", where));
-  for (auto it = from.begin(); it != from.end(); ++it) params[canonical_key(it.key())] = it.value();
-}
-
-// Triton sends scalars of input tensors as one-element lists; take them as scalars.
-json unwrap(const json& v) { return v.is_array() && v.size() == 1 && !v[0].is_array() ? v[0] : v; }
-
 class KServeJob : public SingleJob {
  public:
+  TritonRequest req;
   std::string model_name, model_version;
-  bool exclude_input = false;
-  bool want_finish_reason = false, want_input_tokens = false, want_output_tokens = false;
-  bool want_log_probs = false;  // TensorRT-LLM's return_log_probs
-  std::optional<int32_t> end_id;  // TensorRT-LLM's: ends the output and, unlike stop_token_ids, is not part of it
-  ojson sequence = {{"sequence_end", false}, {"sequence_id", 0}, {"sequence_start", false}};
 
  protected:
   // Triton's generate answers with the sequence fields too (TensorRT-LLM's quick start shows them).
   ojson head() const {
     ojson j{{"model_name", model_name}, {"model_version", model_version}};
-    j.update(sequence);
+    j.update(req.sequence);
     return j;
   }
   void add_extras(ojson& j) const {
-    if (want_finish_reason) j["finish_reason"] = finish_name(output().finish_reason) ? ojson(finish_name(output().finish_reason)) : ojson(nullptr);
-    if (want_input_tokens) j["num_input_tokens"] = prompt_ids.size();
-    if (want_output_tokens) j["num_output_tokens"] = output().tokens.size();
+    if (req.want_finish_reason) j["finish_reason"] = finish_name(output().finish_reason) ? ojson(finish_name(output().finish_reason)) : ojson(nullptr);
+    if (req.want_input_tokens) j["num_input_tokens"] = prompt_ids.size();
+    if (req.want_output_tokens) j["num_output_tokens"] = output().tokens.size();
   }
-  // The whole output text, without the end_id token when that ended it.
-  std::string output_text() const {
-    if (!end_id || output().tokens.empty() || output().tokens.back() != *end_id || output().stop_reason != std::to_string(*end_id)) return output().text;
-    return model->tokenizer().decode(std::span<const int32_t>(output().tokens.data(), output().tokens.size() - 1),
-                                     options.skip_special_tokens);
-  }
-  // TensorRT-LLM's output_log_probs (one per token of this output) and
-  // cum_log_probs (their sum over the whole output so far).
   void add_log_probs(ojson& j, size_t first) const {
-    if (!want_log_probs) return;
-    ojson lp = ojson::array();
+    if (!req.want_log_probs) return;
     double cum = 0;
-    for (size_t i = 0; i < output().logprobs.size(); ++i) {
-      cum += output().logprobs[i].logprob;
-      if (i >= first) lp.push_back(output().logprobs[i].logprob);
-    }
+    std::vector<double> lp = req.log_probs(output(), first, cum);
     j["cum_log_probs"] = cum;
-    j["output_log_probs"] = std::move(lp);
+    j["output_log_probs"] = lp;
   }
   static void sse(std::string& out, const ojson& j) {
     out += "data: ";
@@ -196,11 +79,7 @@ class KServeJob : public SingleJob {
   void write_event(std::string& out, const engine::StreamEvent& ev, size_t first_token) override {
     if (ev.text.empty() && !ev.finished) return;
     ojson j = head();
-    j["text_output"] = ev.text;
-    if (ev.finished && end_id) {  // the last piece, less the end token's text
-      const std::string sent = output().text.substr(0, output().text.size() - ev.text.size()), all = output_text();
-      if (all.starts_with(sent)) j["text_output"] = all.substr(sent.size());
-    }
+    j["text_output"] = req.event_text(output(), ev);
     add_log_probs(j, first_token);
     if (ev.finished) add_extras(j);
     sse(out, j);
@@ -209,7 +88,7 @@ class KServeJob : public SingleJob {
   void write_end(std::string&) override {}
   HttpResponse response() override {
     ojson j = head();
-    j["text_output"] = exclude_input ? output_text() : prompt + output_text();
+    j["text_output"] = req.exclude_input ? req.output_text(output()) : prompt + req.output_text(output());
     add_log_probs(j, 0);
     add_extras(j);
     return json_ok(j);
@@ -335,76 +214,19 @@ void KServeFrontend::generate(const HttpRequest& req, const std::string& name, c
                               bool stream_route, const std::shared_ptr<Responder>& res) {
   json body = ctx_.parse_request(req);
   auto job = std::make_shared<KServeJob>();
-  job->model = ctx_.core().find_model(&name);
-  const ServedModel& m = *job->model;
+  try {
+    job->req = parse_triton_request(ctx_, name, body, stream_route, stream_route, "the generate_stream endpoint");
+  } catch (const ApiError& e) {
+    throw ApiError(e.status(), e.what());  // Triton's error shape has no param
+  }
+  job->model = job->req.model;
   job->model_name = name;
   job->model_version = version;
-
-  // Inputs: top-level fields (Triton's input tensors), then `parameters`,
-  // then `sampling_parameters` (the vLLM backend's JSON string) win.
-  json params = json::object();
-  json text_input;
-  for (auto it = body.begin(); it != body.end(); ++it) {
-    const std::string& k = it.key();
-    if (k == "text_input") text_input = unwrap(it.value());
-    else if (k == "parameters" || k == "sampling_parameters" || k == "id" || k == "model") continue;
-    else params[canonical_key(k)] = unwrap(it.value());
-  }
-  if (auto it = body.find("parameters"); it != body.end() && !it->is_null()) merge_into(params, *it, "parameters");
-  if (auto it = body.find("sampling_parameters"); it != body.end() && !it->is_null()) {
-    json sp = unwrap(*it);
-    if (sp.is_string())
-      sp = parse_request_json(sp.get<std::string>(), ctx_.core().limits().max_json_depth, "'sampling_parameters'");
-    merge_into(params, sp, "sampling_parameters");
-  }
-  if (!text_input.is_string()) throw ApiError(400, "'text_input' (a string) is required");
-  job->prompt = text_input.get<std::string>();
-  for (const char* k : {"bad_words", "stop", "embedding_bias_words"}) drop_empty_words(params, k);
-  if (auto w = params.find("embedding_bias_weights"); w != params.end() && w->is_array() && w->empty())
-    params.erase(w);
-  trtllm_sampling_zeros(params);
-  trtllm_beam_width(params);
-
-  Fields f(params);
-  job->stream = f.boolean("stream").value_or(stream_route);
-  if (job->stream && !stream_route)
-    throw ApiError(400, "'stream': true needs the generate_stream endpoint");
-  job->exclude_input = f.boolean("exclude_input_in_output").value_or(false);
-  job->want_finish_reason = f.boolean("return_finish_reason").value_or(false);
-  job->want_input_tokens = f.boolean("return_num_input_tokens").value_or(false);
-  job->want_output_tokens = f.boolean("return_num_output_tokens").value_or(false);
-  job->want_log_probs = f.boolean("return_log_probs").value_or(false);
-  reject_trtllm_inputs(f);
-  if (auto v = f.integer("sequence_id", 0, std::numeric_limits<int64_t>::max())) job->sequence["sequence_id"] = *v;
-  for (const char* k : {"sequence_start", "sequence_end"})
-    if (auto v = f.boolean(k)) job->sequence[k] = *v;
-  // TensorRT-LLM's end_id: generation also ends at this token.
-  std::optional<int64_t> end_id = f.integer("end_id", 0, std::numeric_limits<int32_t>::max());
-  if (end_id && *end_id >= m.defaults.vocab_size)
-    throw ApiError(400, fmt::format("'end_id' {} is outside the vocabulary [0, {})", *end_id, m.defaults.vocab_size),
-                   "end_id");
-  SamplingRequest sreq;
-  try {
-    f.touch("stream");
-    sreq = parse_sampling(f, Endpoint::kGenerate, m.defaults);
-    parse_trtllm_guided(f, sreq.options);
-  } catch (const ApiError& e) {
-    throw ApiError(e.status(), e.what());
-  }
-  job->options = sreq.options;
-  if (end_id) {
-    job->end_id = static_cast<int32_t>(*end_id);
-    job->options.sampling.stop_token_ids.push_back(*job->end_id);
-  }
-  if (job->want_log_probs && job->options.sampling.logprobs < 0) job->options.sampling.logprobs = 0;
-  ctx_.core().check_prompt_bytes(m, job->prompt.size(), "text_input");
-  job->prompt_ids = m.tokenizer().encode(job->prompt, true);
-  if (job->prompt_ids.empty()) throw ApiError(400, "'text_input' is empty");
-  settle_max_tokens(sreq, Endpoint::kGenerate, static_cast<int>(job->prompt_ids.size()),
-                    m.max_model_len, m.defaults.generation);
-  job->options.sampling.max_tokens = sreq.options.sampling.max_tokens;
+  job->prompt = job->req.prompt;
+  job->prompt_ids = job->req.prompt_ids;
+  job->options = job->req.options;
+  job->stream = job->req.stream;
   job->id = request_id();
-  f.log_unknown(req.path);
   start_single(ctx_, job, res);
 }
 
