@@ -18,6 +18,8 @@ build_pkgs=(
   libcurl4-openssl-dev libssl-dev ca-certificates
   # The quick start's example request.
   curl
+  # halo serve's KServe v2 / Triton gRPC frontend (core/grpc): grpc++, protobuf, protoc and its gRPC plugin.
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
 )
 test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm
   # The Python package (python/, pybind11) and its pytest suite; pip/venv/setuptools

@@ -44,6 +44,12 @@ void HttpSink::on_finish(Generation& g) {
   }
 }
 
+void FrontendContext::check_bearer(const std::string& authorization) const {
+  HttpRequest req;
+  if (!authorization.empty()) req.headers.push_back({"authorization", authorization});
+  check_auth(req);
+}
+
 void FrontendContext::check_auth(const HttpRequest& req, bool x_api_key) const {
   if (api_key_.empty()) return;
   const std::string& h = req.header("authorization");

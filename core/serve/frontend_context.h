@@ -48,6 +48,8 @@ class FrontendContext {
   // 401 unless `Authorization: Bearer <api key>` (or, `x_api_key`, Anthropic's
   // `x-api-key: <api key>`); no key: every request passes.
   void check_auth(const HttpRequest& req, bool x_api_key = false) const;
+  // The same for an `authorization` header value given alone (gRPC metadata).
+  void check_bearer(const std::string& authorization) const;
   // The body as a JSON object within the request limits (400 otherwise).
   json parse_request(const HttpRequest& req) const;
   // Runs `work` on the core's pool unless the client has gone by then; what

@@ -62,9 +62,11 @@ class KServeJob : public SingleJob {
     if (req.want_output_tokens) j["num_output_tokens"] = output().tokens.size();
   }
   void add_log_probs(ojson& j, size_t first) const {
-    if (!req.want_log_probs) return;
+    if (!req.want_log_probs && !req.want_cumulative_logprob) return;
     double cum = 0;
     std::vector<double> lp = req.log_probs(output(), first, cum);
+    if (req.want_cumulative_logprob) j["cumulative_logprob"] = cum;
+    if (!req.want_log_probs) return;
     j["cum_log_probs"] = cum;
     j["output_log_probs"] = lp;
   }

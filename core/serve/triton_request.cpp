@@ -37,8 +37,10 @@ void drop_empty_words(json& params, const std::string& key) {
   json words = json::array();
   for (const auto& w : *it)
     if (!w.is_string() || !w.get_ref<const std::string&>().empty()) words.push_back(w);
-  if (words.empty()) params.erase(it);
-  else *it = std::move(words);
+  if (words.empty())
+    params.erase(it);
+  else
+    *it = std::move(words);
 }
 
 bool empty_value(const json& v) {
@@ -65,22 +67,28 @@ void reject_trtllm_inputs(Fields& f) {
   for (const auto& [name, why] : refused) {
     f.touch(name);
     const json* v = f.get(name);
-    if (v && !empty_value(*v)) throw ApiError(400, fmt::format("'{}' is not supported by halo: {}", name, why), name);
+    if (v && !empty_value(*v))
+      throw ApiError(400, fmt::format("'{}' is not supported by halo: {}", name, why), name);
   }
   for (const char* k : {"return_context_logits", "return_generation_logits"})
     if (f.boolean(k).value_or(false))
-      throw ApiError(400, fmt::format("'{}': halo does not return logits (false is accepted)", k), k);
+      throw ApiError(400, fmt::format("'{}': halo does not return logits (false is accepted)", k),
+                     k);
   if (f.boolean("return_perf_metrics").value_or(false))
-    throw ApiError(400, "'return_perf_metrics': halo reports performance in /metrics, not per request",
+    throw ApiError(400,
+                   "'return_perf_metrics': halo reports performance in /metrics, not per request",
                    "return_perf_metrics");
   if (auto n = f.integer("num_return_sequences", 1, 1 << 20); n && *n != 1)
-    throw ApiError(400, "'num_return_sequences' other than 1 is not supported on generate (use /v1/completions 'n')",
+    throw ApiError(400,
+                   "'num_return_sequences' other than 1 is not supported on generate (use "
+                   "/v1/completions 'n')",
                    "num_return_sequences");
   f.integer("beam_width", 1, 1);  // above 1 it became use_beam_search (trtllm_beam_width)
   // No effect on the output: padding, speculative decoding, Triton's sequence batching.
   f.integer("pad_id", 0, std::numeric_limits<int32_t>::max());
-  for (const char* k : {"num_draft_tokens", "use_draft_logits", "prompt_vocab_size", "prompt_table_extra_id",
-                        "max_queue_delay_microseconds", "sequence_id", "sequence_start", "sequence_end"})
+  for (const char* k :
+       {"num_draft_tokens", "use_draft_logits", "prompt_vocab_size", "prompt_table_extra_id",
+        "max_queue_delay_microseconds", "sequence_id", "sequence_start", "sequence_end"})
     f.touch(k);
 }
 
@@ -101,7 +109,8 @@ void trtllm_sampling_zeros(json& params) {
   if (p == params.end() || !p->is_number() || p->get<double>() != 0.0) return;
   params.erase(p);
   auto k = params.find("top_k");
-  if (k != params.end() && k->is_number() && k->get<double>() == 0.0 && !params.contains("temperature"))
+  if (k != params.end() && k->is_number() && k->get<double>() == 0.0 &&
+      !params.contains("temperature"))
     params["temperature"] = 0;
 }
 
@@ -119,17 +128,21 @@ std::string TritonRequest::output_text(const ChoiceOutput& out) const {
   if (!end_id || out.tokens.empty() || out.tokens.back() != *end_id ||
       out.stop_reason != std::to_string(*end_id))
     return out.text;
-  return model->tokenizer().decode(std::span<const int32_t>(out.tokens.data(), out.tokens.size() - 1),
-                                   options.skip_special_tokens);
+  return model->tokenizer().decode(
+      std::span<const int32_t>(out.tokens.data(), out.tokens.size() - 1),
+      options.skip_special_tokens);
 }
 
-std::string TritonRequest::event_text(const ChoiceOutput& out, const engine::StreamEvent& ev) const {
+std::string TritonRequest::event_text(const ChoiceOutput& out,
+                                      const engine::StreamEvent& ev) const {
   if (!ev.finished || !end_id) return ev.text;
-  const std::string sent = out.text.substr(0, out.text.size() - ev.text.size()), all = output_text(out);
+  const std::string sent = out.text.substr(0, out.text.size() - ev.text.size()),
+                    all = output_text(out);
   return all.starts_with(sent) ? all.substr(sent.size()) : ev.text;
 }
 
-std::vector<double> TritonRequest::log_probs(const ChoiceOutput& out, size_t first, double& cum) const {
+std::vector<double> TritonRequest::log_probs(const ChoiceOutput& out, size_t first,
+                                             double& cum) const {
   std::vector<double> lp;
   cum = 0;
   for (size_t i = 0; i < out.logprobs.size(); ++i) {
@@ -153,41 +166,53 @@ TritonRequest parse_triton_request(const FrontendContext& ctx, const std::string
   json text_input;
   for (auto it = body.begin(); it != body.end(); ++it) {
     const std::string& k = it.key();
-    if (k == "text_input") text_input = unwrap(it.value());
-    else if (k == "parameters" || k == "sampling_parameters" || k == "id" || k == "model") continue;
-    else params[canonical_key(k)] = unwrap(it.value());
+    if (k == "text_input")
+      text_input = unwrap(it.value());
+    else if (k == "parameters" || k == "sampling_parameters" || k == "id" || k == "model")
+      continue;
+    else
+      params[canonical_key(k)] = unwrap(it.value());
   }
-  if (auto it = body.find("parameters"); it != body.end() && !it->is_null()) merge_into(params, *it, "parameters");
+  if (auto it = body.find("parameters"); it != body.end() && !it->is_null())
+    merge_into(params, *it, "parameters");
   if (auto it = body.find("sampling_parameters"); it != body.end() && !it->is_null()) {
     json sp = unwrap(*it);
     if (sp.is_string())
-      sp = parse_request_json(sp.get<std::string>(), ctx.core().limits().max_json_depth, "'sampling_parameters'");
+      sp = parse_request_json(sp.get<std::string>(), ctx.core().limits().max_json_depth,
+                              "'sampling_parameters'");
     merge_into(params, sp, "sampling_parameters");
   }
-  if (!text_input.is_string()) throw ApiError(400, "'text_input' (a string) is required", "text_input");
+  if (!text_input.is_string())
+    throw ApiError(400, "'text_input' (a string) is required", "text_input");
   r.prompt = text_input.get<std::string>();
   for (const char* k : {"bad_words", "stop", "embedding_bias_words"}) drop_empty_words(params, k);
-  if (auto w = params.find("embedding_bias_weights"); w != params.end() && w->is_array() && w->empty())
+  if (auto w = params.find("embedding_bias_weights");
+      w != params.end() && w->is_array() && w->empty())
     params.erase(w);
   trtllm_sampling_zeros(params);
   trtllm_beam_width(params);
 
   Fields f(params);
   r.stream = f.boolean("stream").value_or(stream_default);
-  if (r.stream && !stream_allowed) throw ApiError(400, fmt::format("'stream': true needs {}", stream_hint), "stream");
+  if (r.stream && !stream_allowed)
+    throw ApiError(400, fmt::format("'stream': true needs {}", stream_hint), "stream");
   r.exclude_input = f.boolean("exclude_input_in_output").value_or(false);
   r.want_finish_reason = f.boolean("return_finish_reason").value_or(false);
   r.want_input_tokens = f.boolean("return_num_input_tokens").value_or(false);
   r.want_output_tokens = f.boolean("return_num_output_tokens").value_or(false);
   r.want_log_probs = f.boolean("return_log_probs").value_or(false);
+  r.want_cumulative_logprob = f.boolean("return_cumulative_logprob").value_or(false);
   reject_trtllm_inputs(f);
-  if (auto v = f.integer("sequence_id", 0, std::numeric_limits<int64_t>::max())) r.sequence["sequence_id"] = *v;
+  if (auto v = f.integer("sequence_id", 0, std::numeric_limits<int64_t>::max()))
+    r.sequence["sequence_id"] = *v;
   for (const char* k : {"sequence_start", "sequence_end"})
     if (auto v = f.boolean(k)) r.sequence[k] = *v;
   // TensorRT-LLM's end_id: generation also ends at this token.
   std::optional<int64_t> end_id = f.integer("end_id", 0, std::numeric_limits<int32_t>::max());
   if (end_id && *end_id >= m.defaults.vocab_size)
-    throw ApiError(400, fmt::format("'end_id' {} is outside the vocabulary [0, {})", *end_id, m.defaults.vocab_size),
+    throw ApiError(400,
+                   fmt::format("'end_id' {} is outside the vocabulary [0, {})", *end_id,
+                               m.defaults.vocab_size),
                    "end_id");
   SamplingRequest sreq;
   f.touch("stream");
@@ -198,14 +223,15 @@ TritonRequest parse_triton_request(const FrontendContext& ctx, const std::string
     r.end_id = static_cast<int32_t>(*end_id);
     r.options.sampling.stop_token_ids.push_back(*r.end_id);
   }
-  if (r.want_log_probs && r.options.sampling.logprobs < 0) r.options.sampling.logprobs = 0;
+  if ((r.want_log_probs || r.want_cumulative_logprob) && r.options.sampling.logprobs < 0)
+    r.options.sampling.logprobs = 0;
   if (r.options.n != 1 || r.options.best_of > 1)
     throw ApiError(400, "this endpoint returns one sequence: 'n' and 'best_of' must be 1", "n");
   ctx.core().check_prompt_bytes(m, r.prompt.size(), "text_input");
   r.prompt_ids = m.tokenizer().encode(r.prompt, true);
   if (r.prompt_ids.empty()) throw ApiError(400, "'text_input' is empty", "text_input");
-  settle_max_tokens(sreq, Endpoint::kGenerate, static_cast<int>(r.prompt_ids.size()), m.max_model_len,
-                    m.defaults.generation);
+  settle_max_tokens(sreq, Endpoint::kGenerate, static_cast<int>(r.prompt_ids.size()),
+                    m.max_model_len, m.defaults.generation);
   r.options.sampling.max_tokens = sreq.options.sampling.max_tokens;
   f.log_unknown("generate");
   return r;

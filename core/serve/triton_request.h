@@ -30,7 +30,8 @@ struct TritonRequest {
   bool stream = false;
   bool exclude_input = false;
   bool want_finish_reason = false, want_input_tokens = false, want_output_tokens = false;
-  bool want_log_probs = false;  // TensorRT-LLM's return_log_probs
+  bool want_log_probs = false;           // TensorRT-LLM's return_log_probs
+  bool want_cumulative_logprob = false;  // the vLLM backend's return_cumulative_logprob
   // TensorRT-LLM's end_id: ends the output and, unlike stop_token_ids, is not part of it.
   std::optional<int32_t> end_id;
   ojson sequence = {{"sequence_end", false}, {"sequence_id", 0}, {"sequence_start", false}};

@@ -37,6 +37,7 @@
 #include "model_source.h"
 #include "serve/http_server.h"
 #include "serve/kserve_frontend.h"
+#include "grpc/grpc_frontend.h"
 #include "serve/model_loading.h"
 #include "serve/model_repository.h"
 #include "serve/openai_server.h"
@@ -59,6 +60,8 @@ struct ServeOptions {
   bool check_config = false;
   std::string host = "127.0.0.1";
   int port = 8000;
+  int grpc_port = -1;  // -1: 8001 with --model-repository (as Triton), else off
+  bool no_grpc = false;
   std::vector<std::string> served_model_names;
   std::string chat_template;
   bool enable_auto_tool_choice = true;
@@ -387,6 +390,22 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
         else a->handle(std::move(req), res);
       });
   http->start();
+  std::unique_ptr<grpc_frontend::GrpcServer> grpc;
+  const int grpc_port = o.no_grpc ? -1 : o.grpc_port >= 0 ? o.grpc_port : !o.model_repository.empty() ? 8001 : -1;
+  if (grpc_port >= 0) {
+    grpc_frontend::GrpcOptions g;
+    g.host = o.host;
+    g.port = grpc_port;
+    g.version = HALO_VERSION;
+    g.max_message_bytes = static_cast<int>(std::min<uint64_t>(o.max_request_body_bytes, INT32_MAX));
+    grpc = std::make_unique<grpc_frontend::GrpcServer>(*ctx, g);
+    try {
+      grpc->start();
+    } catch (...) {
+      http->stop();
+      throw;
+    }
+  }
   const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
   const std::string url = fmt::format("http://{}:{}", host, http->port());
   spdlog::info("listening on {} ({} model(s) loading)", url, plan.models.size());
@@ -397,6 +416,7 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   size_t served = serve::load_models(plan.models, *core, lopts);
   if (served == 0) {
     auto refused = core->refused_models();
+    if (grpc) grpc->stop(std::chrono::system_clock::now());
     http->stop();
     throw Error(refused.empty() ? "no model could be served" : refused.back().reason);
   }
@@ -408,6 +428,7 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   wait_and_drain(signals, *core, *http, o.shutdown_timeout);
   // Let the last bytes of the responses leave before the sockets close.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  if (grpc) grpc->stop(std::chrono::system_clock::now() + std::chrono::seconds(1));
   http->stop();  // no handler runs after this
   // The core first: it joins the preprocessing tasks (which call into the
   // frontends) and stops the pump thread, the only other writer to the
@@ -441,6 +462,10 @@ void add_serve_command(CLI::App& app) {
                 "Print every model's resolved settings with their sources and exit (no device, no weights loaded)");
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "TCP port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
+  cmd->add_option("--grpc-port", o->grpc_port,
+                  "KServe v2 / Triton gRPC port (0: any free port; default 8001 with --model-repository, else off)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_flag("--no-grpc", o->no_grpc, "No gRPC server, also with --model-repository");
   cmd->add_option("--served-model-name", o->served_model_names,
                   "Name(s) the API answers to for the first MODEL_DIR/--model model; the first is used in responses "
                   "and metrics (default: the model argument)");
