@@ -40,6 +40,10 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // Starts `halo serve` with extra flags; resolves once /health answers 200.
 export async function startServer(args = [], { env = {}, timeoutMs = 60000 } = {}) {
   const port = await freePort();
+  // A model repository turns gRPC on at 8001 (as Triton): any free port instead,
+  // so that servers of parallel tests do not collide.
+  if (args.includes('--model-repository') && !args.includes('--grpc-port') && !args.includes('--no-grpc'))
+    args = [...args, '--grpc-port', '0'];
   const proc = spawn(HALO, ['serve', '--host', '127.0.0.1', '--port', String(port), '--log-level', 'warn', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
