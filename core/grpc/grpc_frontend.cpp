@@ -119,10 +119,15 @@ class InferJob final : public serve::GenerationSink {
 
   void on_output(Generation&, size_t, const engine::StreamEvent& ev, size_t first_token) override {
     if (!req_.stream) return;
+    // Tokens whose text is held back (an incomplete character, a possible
+    // stop string) are counted with the response that carries their text.
+    if (pending_tokens_ == 0) pending_first_ = first_token;
+    pending_tokens_ += ev.token_ids.size();
     const std::string text = req_.event_text(output(), ev);
     if (text.empty() && !ev.finished) return;
     StreamResponse r;
-    fill(*r.mutable_infer_response(), text, first_token, ev.token_ids.size(), ev.finished);
+    fill(*r.mutable_infer_response(), text, pending_first_, pending_tokens_, ev.finished);
+    pending_tokens_ = 0;
     out_->reply(std::move(r));
     final_sent_ = ev.finished;
   }
@@ -137,8 +142,8 @@ class InferJob final : public serve::GenerationSink {
                                : req_.exclude_input ? req_.output_text(output())
                                                     : req_.prompt + req_.output_text(output());
       StreamResponse r;
-      fill(*r.mutable_infer_response(), text, req_.stream ? output().tokens.size() : 0,
-           req_.stream ? 0 : output().tokens.size(), true);
+      fill(*r.mutable_infer_response(), text, req_.stream ? pending_first_ : 0,
+           req_.stream ? pending_tokens_ : output().tokens.size(), true);
       out_->reply(std::move(r));
     }
     out_->end(grpc::Status::OK, id_);
@@ -181,6 +186,7 @@ class InferJob final : public serve::GenerationSink {
   std::shared_ptr<Replier> out_;
   const Generation* g_ = nullptr;
   bool final_sent_ = false;
+  size_t pending_tokens_ = 0, pending_first_ = 0;  // streamed tokens not yet answered
 };
 
 class Service;
@@ -576,11 +582,6 @@ void StreamCall::OnReadDone(bool ok) {
   StartRead(&request_);
 }
 
-// A request's id: the client's, or one of ours.
-std::string request_id(const inference::ModelInferRequest& msg) {
-  return msg.id().empty() ? serve::random_id("grpc-") : msg.id();
-}
-
 void start_request(Service& svc, const inference::ModelInferRequest& msg, bool stream_call,
                    const std::shared_ptr<Replier>& out) {
   const serve::FrontendContext& ctx = svc.ctx();
@@ -589,7 +590,7 @@ void start_request(Service& svc, const inference::ModelInferRequest& msg, bool s
   InferInputs in = read_inputs(msg);
   // Tokenizing and the engine's checks run on the core's pool.
   ctx.core().preprocess([&ctx, out, in = std::move(in), name = msg.model_name(),
-                         version = model->version, id = request_id(msg), stream_call] {
+                         version = model->version, id = msg.id(), stream_call] {
     try {
       TritonRequest req =
           parse_triton_request(ctx, name, in.body, false, stream_call, "ModelStreamInfer");
@@ -597,7 +598,9 @@ void start_request(Service& svc, const inference::ModelInferRequest& msg, bool s
       auto options = req.options;
       auto model = req.model;
       auto job = std::make_shared<InferJob>(std::move(req), version, id, in.raw, stream_call, out);
-      auto g = std::make_shared<Generation>(model, id, std::move(prompts), std::move(options), job);
+      // The answers echo the client's id (empty too); the engine's own is unique.
+      auto g = std::make_shared<Generation>(model, serve::random_id("grpc-"), std::move(prompts),
+                                            std::move(options), job);
       if (!out->attach(g)) return out->end(grpc::Status::CANCELLED, id);
       ctx.core().start(g);
     } catch (...) {
