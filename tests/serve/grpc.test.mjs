@@ -20,6 +20,8 @@
 //    KV in use);
 //  - bad tensors and unknown models with their gRPC status codes, the API
 //    key as `authorization: Bearer` metadata, and the server serving on.
+//  - a burst past --max-queued-requests: RESOURCE_EXHAUSTED for the refused;
+//    SIGTERM with a stream in flight: its final piece, then exit 0.
 // The demo model (512-token context) served as pkgchat.
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
@@ -658,5 +660,48 @@ describe('gRPC frontend with --api-key', () => {
     s.end();
     // The server serves on.
     assert.equal(textOf(await call(client, 'ModelInfer', req, { metadata: bearer(KEY) })), textOf(res));
+  });
+});
+
+describe('gRPC frontend under overload and at shutdown', () => {
+  let server;
+  let client;
+  before(async () => {
+    const grpcPort = await freePort();
+    // One request may wait: the rest of a burst is refused at admission.
+    server = await startServer([PKGCHAT, '--served-model-name', MODEL, '--grpc-port', String(grpcPort),
+      '--max-queued-requests', '1', '--max-num-seqs', '1']);
+    client = await connect(grpcPort);
+  });
+  after(async () => {
+    client?.close();
+    if (server) await server.stop();
+  });
+
+  test('a burst past --max-queued-requests: RESOURCE_EXHAUSTED for some, answers for the rest', async () => {
+    const req = vllmRequest('The package', { temperature: 0, max_tokens: 64, ignore_eos: true });
+    const results = await Promise.allSettled(Array.from({ length: 12 }, () => call(client, 'ModelInfer', req)));
+    const refused = results.filter((r) => r.status === 'rejected');
+    const answered = results.filter((r) => r.status === 'fulfilled');
+    assert.ok(refused.length > 0, 'nothing was refused');
+    assert.ok(answered.length > 0, 'nothing was answered');
+    for (const r of refused) assert.equal(r.reason.code, Status.RESOURCE_EXHAUSTED, r.reason.details);
+    assert.equal(textOf(answered[0].value), textOf(answered.at(-1).value));
+  });
+
+  test('SIGTERM drains: a stream in flight gets its final piece, then the server exits 0', async () => {
+    const s = openStream(client);
+    s.send(vllmRequest('The package', { temperature: 0, max_tokens: 48, ignore_eos: true },
+      { stream: true, id: 'drain' }));
+    // Wait for the first piece, then ask the server to stop.
+    const deadline = Date.now() + scaled(10000);
+    while (!s.all.length && Date.now() < deadline) await sleep(10);
+    assert.ok(s.all.length > 0, 'no piece arrived');
+    const stopped = server.stop();
+    const r = await s.wait('drain');
+    assert.deepEqual(r.errors, []);
+    assert.equal(isFinal(r.responses.at(-1)), true);
+    assert.equal((await stopped).code, 0, server.stderr);
+    server = null;
   });
 });
