@@ -330,6 +330,21 @@ void wait_and_drain(const sigset_t& signals, serve::ServingCore& core, serve::Ht
   }
 }
 
+// The gRPC frontend when asked for (--grpc-port), or by default at 8001 with
+// a model repository as in Triton (--no-grpc: never); null otherwise.
+std::unique_ptr<grpc_frontend::GrpcServer> start_grpc(const ServeOptions& o, const serve::FrontendContext& ctx) {
+  const int port = o.no_grpc ? -1 : o.grpc_port >= 0 ? o.grpc_port : !o.model_repository.empty() ? 8001 : -1;
+  if (port < 0) return nullptr;
+  grpc_frontend::GrpcOptions g;
+  g.host = o.host;
+  g.port = port;
+  g.version = HALO_VERSION;
+  g.max_message_bytes = static_cast<int>(std::min<uint64_t>(o.max_request_body_bytes, INT32_MAX));
+  auto server = std::make_unique<grpc_frontend::GrpcServer>(ctx, g);
+  server->start();
+  return server;
+}
+
 void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   ServeOptions o = in;
   const auto env = serve::process_environment();
@@ -389,23 +404,8 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
         else if (serve::SageMakerFrontend::owns(req.path)) s->handle(std::move(req), res);
         else a->handle(std::move(req), res);
       });
+  auto grpc = start_grpc(o, *ctx);  // first: nothing to undo when its port is taken
   http->start();
-  std::unique_ptr<grpc_frontend::GrpcServer> grpc;
-  const int grpc_port = o.no_grpc ? -1 : o.grpc_port >= 0 ? o.grpc_port : !o.model_repository.empty() ? 8001 : -1;
-  if (grpc_port >= 0) {
-    grpc_frontend::GrpcOptions g;
-    g.host = o.host;
-    g.port = grpc_port;
-    g.version = HALO_VERSION;
-    g.max_message_bytes = static_cast<int>(std::min<uint64_t>(o.max_request_body_bytes, INT32_MAX));
-    grpc = std::make_unique<grpc_frontend::GrpcServer>(*ctx, g);
-    try {
-      grpc->start();
-    } catch (...) {
-      http->stop();
-      throw;
-    }
-  }
   const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
   const std::string url = fmt::format("http://{}:{}", host, http->port());
   spdlog::info("listening on {} ({} model(s) loading)", url, plan.models.size());
