@@ -22,7 +22,6 @@ using engine::TokenLogprob;
 
 namespace {
 
-
 std::string new_tool_call_id() { return random_id("chatcmpl-tool-"); }
 
 HttpResponse json_response(int status, const ojson& body) {
