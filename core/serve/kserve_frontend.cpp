@@ -1,14 +1,9 @@
 #include "serve/kserve_frontend.h"
 
-#include <limits>
-#include <optional>
-#include <span>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "serve/api_common.h"
-#include "serve/guided_request.h"
 #include "serve/single_job.h"
 #include "serve/triton_request.h"
 
