@@ -26,7 +26,10 @@ test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm
   # for `pip install --no-build-isolation .`.
   python3-dev pybind11-dev python3-pytest python3-setuptools python3-pip python3-venv
   # Guided decoding tests validate outputs against their JSON schemas.
-  python3-jsonschema)
+  python3-jsonschema
+  # The web page's browser tests (tests/ui): playwright-core drives Debian's Chromium headless;
+  # its fonts are only a recommendation, skipped by --no-install-recommends.
+  chromium fonts-liberation)
 # clang-16 + libFuzzer: the fuzz targets (scripts/fuzz.sh, scripts/ci-sanitizers.sh fuzz).
 fuzz_pkgs=(clang-16 libclang-rt-16-dev)
 
@@ -54,7 +57,8 @@ fi
 if [[ "${1:-}" == "--test" ]]; then
   here=$(cd "$(dirname "$0")/.." && pwd)
   if [[ ! -d "$here/tests/js/node_modules/@huggingface/tokenizers" || ! -d "$here/tests/js/node_modules/openai" ||
-        ! -d "$here/tests/js/node_modules/node-llama-cpp" ]]; then
+        ! -d "$here/tests/js/node_modules/node-llama-cpp" || ! -d "$here/tests/js/node_modules/playwright-core" ||
+        ! -d "$here/tests/js/node_modules/ajv" ]]; then
     echo "install-deps: npm ci in tests/js"
     # node-llama-cpp: its prebuilt llama.cpp binaries come as npm packages;
     # its postinstall step must not try to download or build anything else

@@ -309,6 +309,7 @@ void add_bench_command(CLI::App& app) {
   add_model_source_options(*cmd, o->source);
   cmd->callback([o] { run_throughput(*o); });
   add_bench_latency_command(*bench);
+  add_bench_serve_command(*bench);
 }
 
 }  // namespace halo::tools

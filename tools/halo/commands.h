@@ -23,6 +23,8 @@ void add_render_chat_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 // `halo bench latency` (bench_latency.cpp), added under `halo bench`.
 void add_bench_latency_command(CLI::App& bench);
+// `halo bench serve` (bench_serve.cpp), added under `halo bench`.
+void add_bench_serve_command(CLI::App& bench);
 void add_serve_command(CLI::App& app);
 void add_compile_command(CLI::App& app);
 

@@ -1,0 +1,206 @@
+#include "bench_serve_client.h"
+
+#include <curl/curl.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace halo::tools {
+
+struct StreamClient::Transfer {
+  CURL* easy = nullptr;
+  curl_slist* headers = nullptr;
+  std::string body;
+  std::string pending;  // received bytes not yet split into events
+  std::string error_body;
+  long status = 0;
+  StreamResult result;
+  std::function<void(StreamResult&&)> on_done;
+
+  ~Transfer() {
+    if (easy) curl_easy_cleanup(easy);
+    curl_slist_free_all(headers);
+  }
+
+  // One SSE `data:` payload of a completion or chat completion chunk.
+  void on_event(std::string_view data, BenchClock::time_point now) {
+    if (data == "[DONE]") return;
+    auto j = nlohmann::json::parse(data, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return;
+    if (auto e = j.find("error"); e != j.end()) {
+      result.error = e->is_object() ? e->value("message", e->dump()) : e->dump();
+      return;
+    }
+    if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
+      result.usage_prompt_tokens = u->value("prompt_tokens", -1LL);
+      result.usage_completion_tokens = u->value("completion_tokens", -1LL);
+    }
+    auto c = j.find("choices");
+    if (c == j.end() || !c->is_array() || c->empty() || !(*c)[0].is_object()) return;
+    const auto& choice = (*c)[0];
+    std::string piece;
+    auto add = [&](const nlohmann::json& obj, const char* key) {
+      if (auto t = obj.find(key); t != obj.end() && t->is_string())
+        piece += t->get_ref<const std::string&>();
+    };
+    add(choice, "text");  // /v1/completions
+    if (auto d = choice.find("delta"); d != choice.end() && d->is_object()) {
+      add(*d, "reasoning_content");  // /v1/chat/completions
+      add(*d, "content");
+    }
+    // An answer that ends at once (end of sequence first) has no text: its
+    // finish is when its first token came.
+    auto f = choice.find("finish_reason");
+    const bool finished_empty = result.chunks.empty() && f != choice.end() && f->is_string();
+    if (piece.empty() && !finished_empty) return;
+    result.chunks.push_back(now);
+    result.text += piece;
+  }
+
+  // Events end with a blank line; a line may end with \r\n.
+  void on_bytes(const char* p, size_t n) {
+    const auto now = BenchClock::now();
+    if (status == 0) curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status >= 400) {
+      if (error_body.size() < 4096)
+        error_body.append(p, std::min<size_t>(n, 4096 - error_body.size()));
+      return;
+    }
+    pending.append(p, n);
+    size_t start = 0;
+    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      std::string_view line(pending.data() + start, nl - start);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (!line.starts_with("data:")) continue;
+      line.remove_prefix(5);
+      if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+      on_event(line, now);
+    }
+    pending.erase(0, start);
+  }
+
+  static size_t write(char* p, size_t size, size_t n, void* self) {
+    static_cast<Transfer*>(self)->on_bytes(p, size * n);
+    return size * n;
+  }
+
+  void finish(CURLcode code) {
+    result.done = BenchClock::now();
+    curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+    if (code != CURLE_OK) {
+      result.error = fmt::format("{}", curl_easy_strerror(code));
+    } else if (status != 200) {
+      auto j = nlohmann::json::parse(error_body, nullptr, false);
+      std::string msg = error_body;
+      if (!j.is_discarded() && j.is_object() && j.contains("error")) {
+        const auto& e = j["error"];
+        msg = e.is_object() ? e.value("message", e.dump()) : e.dump();
+      }
+      result.error = fmt::format("HTTP {}: {}", status, msg);
+    } else if (result.error.empty() && result.chunks.empty()) {
+      result.error = "the stream ended without a token or a finish_reason";
+    }
+    result.success = result.error.empty();
+  }
+};
+
+StreamClient::StreamClient() {
+  static const bool global = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+  if (!global) throw Error("libcurl failed to initialise");
+  multi_ = curl_multi_init();
+  // Every request on a connection of its own, as many as are in flight.
+  curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+}
+
+StreamClient::~StreamClient() {
+  for (auto& t : transfers_) curl_multi_remove_handle(multi_, t->easy);
+  transfers_.clear();
+  curl_multi_cleanup(multi_);
+}
+
+void StreamClient::start(const std::string& url, std::string body,
+                         const std::vector<std::string>& headers,
+                         std::function<void(StreamResult&&)> on_done) {
+  auto t = std::make_unique<Transfer>();
+  t->easy = curl_easy_init();
+  if (!t->easy) throw Error("libcurl could not make a transfer");
+  t->body = std::move(body);
+  t->on_done = std::move(on_done);
+  t->headers = curl_slist_append(t->headers, "Content-Type: application/json");
+  t->headers = curl_slist_append(t->headers, "Accept: text/event-stream");
+  for (const auto& h : headers) t->headers = curl_slist_append(t->headers, h.c_str());
+  CURL* e = t->easy;
+  curl_easy_setopt(e, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(e, CURLOPT_POST, 1L);
+  curl_easy_setopt(e, CURLOPT_POSTFIELDS, t->body.c_str());
+  curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(t->body.size()));
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Transfer::write);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
+  curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 30L);
+  t->result.sent = BenchClock::now();
+  if (curl_multi_add_handle(multi_, e) != CURLM_OK)
+    throw Error("libcurl could not start a transfer");
+  transfers_.push_back(std::move(t));
+  ++active_;
+  int running = 0;
+  curl_multi_perform(multi_, &running);  // send it now, not at the next poll
+}
+
+void StreamClient::poll(std::chrono::milliseconds timeout) {
+  int running = 0;
+  curl_multi_poll(multi_, nullptr, 0, static_cast<int>(std::max<int64_t>(0, timeout.count())),
+                  nullptr);
+  curl_multi_perform(multi_, &running);
+  int left = 0;
+  while (CURLMsg* msg = curl_multi_info_read(multi_, &left)) {
+    if (msg->msg != CURLMSG_DONE) continue;
+    Transfer* t = nullptr;
+    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
+    t->finish(msg->data.result);
+    curl_multi_remove_handle(multi_, t->easy);
+    auto it = std::find_if(transfers_.begin(), transfers_.end(),
+                           [&](const auto& p) { return p.get() == t; });
+    std::unique_ptr<Transfer> owned = std::move(*it);
+    transfers_.erase(it);
+    --active_;
+    owned->on_done(std::move(owned->result));
+  }
+}
+
+namespace {
+size_t append(char* p, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(p, size * n);
+  return size * n;
+}
+}  // namespace
+
+std::string http_get(const std::string& url, const std::vector<std::string>& headers) {
+  static const bool global = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+  if (!global) throw Error("libcurl failed to initialise");
+  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> e(curl_easy_init(), &curl_easy_cleanup);
+  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> list(nullptr, &curl_slist_free_all);
+  for (const auto& h : headers) list.reset(curl_slist_append(list.release(), h.c_str()));
+  std::string body;
+  curl_easy_setopt(e.get(), CURLOPT_URL, url.c_str());
+  curl_easy_setopt(e.get(), CURLOPT_HTTPHEADER, list.get());
+  curl_easy_setopt(e.get(), CURLOPT_WRITEFUNCTION, &append);
+  curl_easy_setopt(e.get(), CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(e.get(), CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e.get(), CURLOPT_TIMEOUT, 30L);
+  CURLcode code = curl_easy_perform(e.get());
+  if (code != CURLE_OK) throw Error(fmt::format("GET {}: {}", url, curl_easy_strerror(code)));
+  long status = 0;
+  curl_easy_getinfo(e.get(), CURLINFO_RESPONSE_CODE, &status);
+  if (status != 200)
+    throw Error(fmt::format("GET {}: HTTP {}: {}", url, status, body.substr(0, 300)));
+  return body;
+}
+
+}  // namespace halo::tools
