@@ -14,7 +14,7 @@ struct StreamClient::Transfer {
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
   std::string body;
-  std::string pending;  // received bytes not yet split into events
+  StreamReader reader;
   std::string error_body;
   long status = 0;
   StreamResult result;
@@ -25,42 +25,7 @@ struct StreamClient::Transfer {
     curl_slist_free_all(headers);
   }
 
-  // One SSE `data:` payload of a completion or chat completion chunk.
-  void on_event(std::string_view data, BenchClock::time_point now) {
-    if (data == "[DONE]") return;
-    auto j = nlohmann::json::parse(data, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return;
-    if (auto e = j.find("error"); e != j.end()) {
-      result.error = e->is_object() ? e->value("message", e->dump()) : e->dump();
-      return;
-    }
-    if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
-      result.usage_prompt_tokens = u->value("prompt_tokens", -1LL);
-      result.usage_completion_tokens = u->value("completion_tokens", -1LL);
-    }
-    auto c = j.find("choices");
-    if (c == j.end() || !c->is_array() || c->empty() || !(*c)[0].is_object()) return;
-    const auto& choice = (*c)[0];
-    std::string piece;
-    auto add = [&](const nlohmann::json& obj, const char* key) {
-      if (auto t = obj.find(key); t != obj.end() && t->is_string())
-        piece += t->get_ref<const std::string&>();
-    };
-    add(choice, "text");  // /v1/completions
-    if (auto d = choice.find("delta"); d != choice.end() && d->is_object()) {
-      add(*d, "reasoning_content");  // /v1/chat/completions
-      add(*d, "content");
-    }
-    // An answer that ends at once (end of sequence first) has no text: its
-    // finish is when its first token came.
-    auto f = choice.find("finish_reason");
-    const bool finished_empty = result.chunks.empty() && f != choice.end() && f->is_string();
-    if (piece.empty() && !finished_empty) return;
-    result.chunks.push_back(now);
-    result.text += piece;
-  }
-
-  // Events end with a blank line; a line may end with \r\n.
+  // The body as it arrives: an error's JSON, or the stream's events.
   void on_bytes(const char* p, size_t n) {
     const auto now = BenchClock::now();
     if (status == 0) curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
@@ -69,17 +34,7 @@ struct StreamClient::Transfer {
         error_body.append(p, std::min<size_t>(n, 4096 - error_body.size()));
       return;
     }
-    pending.append(p, n);
-    size_t start = 0;
-    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-      std::string_view line(pending.data() + start, nl - start);
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (!line.starts_with("data:")) continue;
-      line.remove_prefix(5);
-      if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
-      on_event(line, now);
-    }
-    pending.erase(0, start);
+    reader.feed(std::string_view(p, n), now, result);
   }
 
   static size_t write(char* p, size_t size, size_t n, void* self) {
@@ -93,13 +48,7 @@ struct StreamClient::Transfer {
     if (code != CURLE_OK) {
       result.error = fmt::format("{}", curl_easy_strerror(code));
     } else if (status != 200) {
-      auto j = nlohmann::json::parse(error_body, nullptr, false);
-      std::string msg = error_body;
-      if (!j.is_discarded() && j.is_object() && j.contains("error")) {
-        const auto& e = j["error"];
-        msg = e.is_object() ? e.value("message", e.dump()) : e.dump();
-      }
-      result.error = fmt::format("HTTP {}: {}", status, msg);
+      result.error = fmt::format("HTTP {}: {}", status, error_body_message(error_body));
     } else if (result.error.empty() && result.chunks.empty()) {
       result.error = "the stream ended without a token or a finish_reason";
     }

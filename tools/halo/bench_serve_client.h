@@ -5,29 +5,15 @@
 //
 // Threads: one. A StreamClient is driven by whoever calls poll(); callbacks
 // run inside poll().
-#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bench_serve_stream.h"
+
 namespace halo::tools {
-
-using BenchClock = std::chrono::steady_clock;
-
-// What one streamed request saw.
-struct StreamResult {
-  bool success = false;
-  std::string error;            // why not, for a failed request
-  BenchClock::time_point sent;  // when the request was handed to the connection
-  BenchClock::time_point done;
-  // Arrival of each event with new text (or of the finish of an answer without any).
-  std::vector<BenchClock::time_point> chunks;
-  std::string text;                    // the generated text (and reasoning text)
-  long long usage_prompt_tokens = -1;  // the server's `usage`, when it sent one
-  long long usage_completion_tokens = -1;
-};
 
 class StreamClient {
  public:

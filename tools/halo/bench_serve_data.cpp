@@ -91,16 +91,22 @@ std::vector<BenchPrompt> sharegpt_prompts(const DatasetOptions& o, const text::T
     if (!entry.is_object() || !entry.contains("conversations")) continue;
     const auto& c = entry["conversations"];
     if (!c.is_array() || c.size() < 2 || !c[0].is_object() || !c[1].is_object()) continue;
-    const auto& q = c[0].contains("value") ? c[0]["value"] : c[0]["content"];
-    const auto& a = c[1].contains("value") ? c[1]["value"] : c[1]["content"];
-    if (!q.is_string() || !a.is_string()) continue;
+    // ShareGPT's turns say "value"; some copies say "content".
+    auto turn = [](const nlohmann::json& t) -> const nlohmann::json* {
+      for (const char* key : {"value", "content"})
+        if (auto it = t.find(key); it != t.end() && it->is_string()) return &*it;
+      return nullptr;
+    };
+    const nlohmann::json* q = turn(c[0]);
+    const nlohmann::json* a = turn(c[1]);
+    if (!q || !a) continue;
     BenchPrompt p;
-    p.text = q.get<std::string>();
+    p.text = q->get<std::string>();
     p.prompt_len = prompt_tokens(tok, p.text);
     p.output_len =
         o.output_len > 0
             ? o.output_len
-            : static_cast<int>(tok.encode(a.get_ref<const std::string&>(), false).size());
+            : static_cast<int>(tok.encode(a->get_ref<const std::string&>(), false).size());
     if (p.prompt_len < 4 || (o.output_len <= 0 && p.output_len < 4)) continue;
     if (p.prompt_len > 1024 || p.prompt_len + p.output_len > 2048) continue;
     out.push_back(std::move(p));
