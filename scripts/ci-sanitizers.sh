@@ -87,6 +87,10 @@ run_asan() {
   # they run in the full mode and, unsanitized, in the README's suite.
   ((quick)) && exclude+='|Reference\.|reference_forward|conformance_cpu_bf16$|text_compare_tokenizers_with_hf$|text_compare_gguf_with_llama_cpp$|tools_make_gguf$'
   ((quick)) && exclude+='|Models/QuantAccuracy\.|Perf\.|Attention\.(BatchInvariance|LongContext)$|EngineStress\.'
+  # --quick: the server load tests (TSan runs load and hostile; the gRPC one
+  # compares throughput) and the browser tests (Chromium is not instrumented;
+  # the page's files are checked by web_ui_test, its requests by the serve tests).
+  ((quick)) && exclude+='|serve_(load|grpc_load|hostile)$|ui_web_ui$'
   exclude+=')'
   ( asan_env; ctest --test-dir "$b" --output-on-failure --timeout 1200 -E "$exclude" ) || ok=0
   ( asan_env; export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"

@@ -43,6 +43,7 @@
 #include "serve/openai_server.h"
 #include "serve/sagemaker_frontend.h"
 #include "serve/serving_config.h"
+#include "serve/web_ui.h"
 
 namespace halo::tools {
 namespace fs = std::filesystem;
@@ -62,6 +63,8 @@ struct ServeOptions {
   int port = 8000;
   int grpc_port = -1;  // -1: 8001 with --model-repository (as Triton), else off
   bool no_grpc = false;
+  bool no_ui = false;
+  std::string ui_dir;  // the web page from this directory instead of the built-in copy
   std::vector<std::string> served_model_names;
   std::string chat_template;
   bool enable_auto_tool_choice = true;
@@ -278,7 +281,7 @@ void apply_sagemaker_address(const CLI::App& cmd, const std::map<std::string, st
 }
 
 // The "ready" line with an example request to the first served model.
-void print_ready(serve::ServingCore& core, const std::string& url, const std::string& api_key) {
+void print_ready(serve::ServingCore& core, const std::string& url, const std::string& api_key, bool ui) {
   std::vector<std::string> names;
   for (const auto& m : core.served_models()) names.push_back(m->name());
   const auto& name = names.front();
@@ -294,6 +297,7 @@ void print_ready(serve::ServingCore& core, const std::string& url, const std::st
       single_quoted(fmt::format(
           R"({{"model": "{}", "messages": [{{"role": "user", "content": "What is curl?"}}]}})",
           name)));
+  if (ui) example += fmt::format("  web page: {}/\n", url);
   std::fputs(example.c_str(), stdout);
   std::fflush(stdout);
 }
@@ -391,6 +395,7 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   auto api = std::make_unique<serve::OpenAIServer>(*ctx, serve::ApiConfig{HALO_VERSION});
   auto kserve = std::make_unique<serve::KServeFrontend>(*ctx, HALO_VERSION);
   auto sagemaker = std::make_unique<serve::SageMakerFrontend>(*ctx);
+  auto ui = o.no_ui ? nullptr : std::make_unique<serve::WebUi>(o.ui_dir);
   serve::HttpServerOptions hopts;
   hopts.host = o.host;
   hopts.port = o.port;
@@ -398,9 +403,10 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   hopts.max_body_bytes = o.max_request_body_bytes;
   hopts.idle_timeout = std::chrono::seconds(o.keep_alive_timeout);
   auto http = std::make_unique<serve::HttpServer>(
-      hopts, [a = api.get(), k = kserve.get(), s = sagemaker.get()](serve::HttpRequest&& req,
-                                                                     const std::shared_ptr<serve::Responder>& res) {
-        if (serve::KServeFrontend::owns(req.path)) k->handle(std::move(req), res);
+      hopts, [a = api.get(), k = kserve.get(), s = sagemaker.get(), u = ui.get()](
+                 serve::HttpRequest&& req, const std::shared_ptr<serve::Responder>& res) {
+        if (u && serve::WebUi::owns(req.path)) u->handle(req, res);
+        else if (serve::KServeFrontend::owns(req.path)) k->handle(std::move(req), res);
         else if (serve::SageMakerFrontend::owns(req.path)) s->handle(std::move(req), res);
         else a->handle(std::move(req), res);
       });
@@ -423,7 +429,7 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   core->set_ready();
   // After set_ready: a client that waits for this line (tests/serve/hostile_lib.mjs)
   // is served at once; one that polls /health may see 200 a moment before it.
-  print_ready(*core, url, api_key);
+  print_ready(*core, url, api_key, ui != nullptr);
 
   wait_and_drain(signals, *core, *http, o.shutdown_timeout);
   // Let the last bytes of the responses leave before the sockets close.
@@ -466,6 +472,11 @@ void add_serve_command(CLI::App& app) {
                   "KServe v2 / Triton gRPC port (0: any free port; default 8001 with --model-repository, else off)")
       ->check(CLI::Range(0, 65535));
   cmd->add_flag("--no-grpc", o->no_grpc, "No gRPC server, also with --model-repository");
+  cmd->add_flag("--no-ui", o->no_ui, "No web page at / (the chat page built into halo)");
+  cmd->add_option("--ui-dir", o->ui_dir,
+                  "Serve the web page from this directory (index.html, ...) instead of the built-in copy; read per "
+                  "request, for working on the page")
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--served-model-name", o->served_model_names,
                   "Name(s) the API answers to for the first MODEL_DIR/--model model; the first is used in responses "
                   "and metrics (default: the model argument)");
