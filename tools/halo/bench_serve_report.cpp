@@ -263,7 +263,6 @@ std::string panel(const std::vector<ojson>& runs, const char* metric, const char
       "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"axis\" text-anchor=\"middle\">output "
       "tokens/s</text>\n",
       X(xtop / 2), h - 8);
-  s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"axis\">ms</text>\n", x0 + 8, top - 4);
   for (const char* stat : {"median", "p99"}) {
     std::string pts;
     for (const auto& r : runs)
@@ -289,8 +288,8 @@ std::string panel(const std::vector<ojson>& runs, const char* metric, const char
 std::string sweep_chart_svg(const std::vector<ojson>& runs, const std::string& title) {
   const double panel_w = 340;
   std::string s = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"300\" viewBox=\"0 0 {0} "
-      "300\" "
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"278\" viewBox=\"0 0 {0} "
+      "278\" "
       "font-family=\"sans-serif\">\n"
       "<style>.title{{font-size:13px;font-weight:bold}} .tick,.label{{font-size:10px;fill:#444}} "
       ".axis{{font-size:11px;fill:#222}} .grid{{stroke:#ddd;stroke-width:1}} "
@@ -303,7 +302,7 @@ std::string sweep_chart_svg(const std::vector<ojson>& runs, const std::string& t
   s += panel(runs, "tpot_ms", "TPOT (ms)", panel_w);
   s += panel(runs, "e2el_ms", "E2E latency (ms)", 2 * panel_w);
   s += fmt::format(
-      "<text x=\"10\" y=\"292\" class=\"caption\">{} - median (solid) and p99 (dashed); point "
+      "<text x=\"10\" y=\"270\" class=\"caption\">{} - median (solid) and p99 (dashed); point "
       "labels: request "
       "rate (req/s)</text>\n</svg>\n",
       escape(title));
