@@ -51,7 +51,7 @@ struct ServeBenchOptions {
   bool save_detailed = false;
   std::string chart;
   bool no_progress = false;
-  ModelSource source;  // --tokenizer and the hub options
+  ModelSource source;  // --tokenizer and the hub options (no compiled model)
 };
 
 std::vector<double> parse_rates(const std::string& spec) {
@@ -409,7 +409,10 @@ void add_bench_serve_command(CLI::App& bench) {
                   "name with .svg, "
                   "else bench-serve-sweep.svg)");
   cmd->add_flag("--no-progress,--disable-tqdm", o->no_progress, "No progress bar");
-  add_model_source_options(*cmd, o->source);
+  cmd->add_option("--tokenizer", o->source.tokenizer,
+                  "Tokenizer directory or Hugging Face id that counts the tokens (default: the model's directory as "
+                  "/v1/models lists it, else --model)");
+  add_hub_options(*cmd, o->source.hub);
   cmd->callback([o] { run_bench_serve(*o); });
 }
 
