@@ -24,8 +24,8 @@ void check_stream(std::string_view body, size_t cut) {
   cut = std::min(cut, body.size());
   b.feed(body.substr(0, cut), t, split);
   b.feed(body.substr(cut), t, split);
-  if (whole.text != split.text || whole.chunks.size() != split.chunks.size() || whole.error != split.error ||
-      whole.usage_completion_tokens != split.usage_completion_tokens)
+  if (whole.text != split.text || whole.chunks.size() != split.chunks.size() ||
+      whole.error != split.error || whole.usage_completion_tokens != split.usage_completion_tokens)
     __builtin_trap();
   (void)halo::tools::error_body_message(body);
 }

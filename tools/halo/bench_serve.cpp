@@ -410,7 +410,8 @@ void add_bench_serve_command(CLI::App& bench) {
                   "else bench-serve-sweep.svg)");
   cmd->add_flag("--no-progress,--disable-tqdm", o->no_progress, "No progress bar");
   cmd->add_option("--tokenizer", o->source.tokenizer,
-                  "Tokenizer directory or Hugging Face id that counts the tokens (default: the model's directory as "
+                  "Tokenizer directory or Hugging Face id that counts the tokens (default: the "
+                  "model's directory as "
                   "/v1/models lists it, else --model)");
   add_hub_options(*cmd, o->source.hub);
   cmd->callback([o] { run_bench_serve(*o); });

@@ -8,7 +8,8 @@ namespace {
 // {"message": "..."} or "..." or anything else, as text.
 std::string message_of(const nlohmann::json& e) {
   if (e.is_string()) return e.get<std::string>();
-  if (auto m = e.is_object() ? e.find("message") : e.end(); m != e.end() && m->is_string()) return m->get<std::string>();
+  if (auto m = e.is_object() ? e.find("message") : e.end(); m != e.end() && m->is_string())
+    return m->get<std::string>();
   return e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
