@@ -23,6 +23,22 @@ const require = createRequire(path.join(JS_DIR, 'package.json'));
 const openaiModule = require('openai');
 export const OpenAI = openaiModule.OpenAI ?? openaiModule.default ?? openaiModule;
 
+// The OpenAI Agents SDK (0.20) loads its MCP client when it is imported; that
+// client is an optional dependency for Node.js 20 and newer, which npm leaves
+// out on older Node (Debian 12 ships 18). There the SDK cannot load: its
+// tests skip with this reason. With Node 20+ a missing client is a failure.
+function agentsSdkSkip() {
+  const major = Number(process.versions.node.split('.')[0]);
+  if (major >= 20) return false;
+  try {
+    require.resolve('@modelcontextprotocol/client');
+    return false;
+  } catch {
+    return `the OpenAI Agents SDK needs Node.js 20 or newer (its MCP client is not installed on Node ${process.versions.node})`;
+  }
+}
+export const AGENTS_SDK_SKIP = agentsSdkSkip();
+
 export function freePort() {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
