@@ -9,6 +9,15 @@
 #include "common/error.h"
 
 namespace halo::tools {
+namespace {
+
+// Once per process, before the first handle (libcurl's rule).
+void init_curl() {
+  static const bool ok = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+  if (!ok) throw Error("libcurl failed to initialise");
+}
+
+}  // namespace
 
 struct StreamClient::Transfer {
   CURL* easy = nullptr;
@@ -57,8 +66,7 @@ struct StreamClient::Transfer {
 };
 
 StreamClient::StreamClient() {
-  static const bool global = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
-  if (!global) throw Error("libcurl failed to initialise");
+  init_curl();
   multi_ = curl_multi_init();
   // Every request on a connection of its own, as many as are in flight.
   curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
@@ -131,8 +139,7 @@ size_t append(char* p, size_t size, size_t n, void* out) {
 }  // namespace
 
 std::string http_get(const std::string& url, const std::vector<std::string>& headers) {
-  static const bool global = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
-  if (!global) throw Error("libcurl failed to initialise");
+  init_curl();
   std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> e(curl_easy_init(), &curl_easy_cleanup);
   std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> list(nullptr, &curl_slist_free_all);
   for (const auto& h : headers) list.reset(curl_slist_append(list.release(), h.c_str()));
