@@ -156,13 +156,12 @@ class Progress {
 
 double ms(BenchClock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-RequestRecord to_record(StreamResult&& r, const BenchPrompt& p, const text::Tokenizer& tok,
-                        bool& used_tokenizer) {
-  RequestRecord rec;
+// Fills what the answer tells of `rec` (its schedule was set when it was sent).
+void record_answer(RequestRecord& rec, StreamResult&& r, const text::Tokenizer& tok,
+                   bool& used_tokenizer) {
   rec.success = r.success;
   rec.error = std::move(r.error);
-  rec.prompt_len = p.prompt_len;
-  if (!rec.success) return rec;
+  if (!rec.success) return;
   rec.ttft_ms = ms(r.chunks.front() - r.sent);
   rec.e2el_ms = ms(r.done - r.sent);
   for (size_t i = 1; i < r.chunks.size(); ++i)
@@ -175,7 +174,11 @@ RequestRecord to_record(StreamResult&& r, const BenchPrompt& p, const text::Toke
     used_tokenizer = true;
   }
   rec.text = std::move(r.text);
-  return rec;
+}
+
+std::vector<std::string> auth_headers(const ServeBenchOptions& o) {
+  if (o.api_key.empty()) return {};
+  return {"Authorization: Bearer " + o.api_key};
 }
 
 // One run at one request rate; the run's object of the result (summarize_run).
@@ -183,8 +186,7 @@ ojson run_at_rate(const ServeBenchOptions& o, const std::string& model,
                   const std::vector<BenchPrompt>& prompts, double rate, const text::Tokenizer& tok,
                   const SummaryOptions& summary) {
   const std::string url = o.base_url + o.endpoint;
-  std::vector<std::string> headers;
-  if (!o.api_key.empty()) headers.push_back("Authorization: Bearer " + o.api_key);
+  const auto headers = auth_headers(o);
   const auto arrivals = arrival_times(prompts.size(), rate, o.burstiness, o.data.seed);
   std::vector<RequestRecord> records(prompts.size());
   StreamClient client;
@@ -200,17 +202,13 @@ ojson run_at_rate(const ServeBenchOptions& o, const std::string& model,
     };
     while (next < prompts.size() && slot() && ms(now - t0) >= arrivals[next] * 1000) {
       const size_t i = next++;
+      records[i].prompt_len = prompts[i].prompt_len;
       records[i].scheduled_s = arrivals[i];
       records[i].sent_s = ms(now - t0) / 1000;
       if (i == 0) first_sent = now;
       client.start(url, request_body(o, model, prompts[i]), headers, [&, i](StreamResult&& r) {
         last_done = r.done;
-        records[i] = [&] {
-          RequestRecord rec = to_record(std::move(r), prompts[i], tok, used_tokenizer);
-          rec.scheduled_s = records[i].scheduled_s;
-          rec.sent_s = records[i].sent_s;
-          return rec;
-        }();
+        record_answer(records[i], std::move(r), tok, used_tokenizer);
         ++done;
       });
       now = BenchClock::now();
@@ -235,9 +233,8 @@ ojson run_at_rate(const ServeBenchOptions& o, const std::string& model,
 // --tokenizer, else the listing's `root` when it is a directory here (halo
 // and vLLM list the model's path), else the model name as a directory or Hub id.
 std::pair<std::string, fs::path> find_model(const ServeBenchOptions& o) {
-  std::vector<std::string> headers;
-  if (!o.api_key.empty()) headers.push_back("Authorization: Bearer " + o.api_key);
-  auto list = nlohmann::json::parse(http_get(o.base_url + "/v1/models", headers), nullptr, false);
+  auto list =
+      nlohmann::json::parse(http_get(o.base_url + "/v1/models", auth_headers(o)), nullptr, false);
   std::string model = o.model, root;
   if (!list.is_discarded() && list.is_object() && list.contains("data") &&
       list["data"].is_array()) {

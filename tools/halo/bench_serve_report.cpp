@@ -40,6 +40,12 @@ ojson distribution(std::vector<double> v, const std::vector<double>& percentiles
   return d;
 }
 
+// A run's rate as given: a number, or "inf".
+std::string rate_label(const ojson& r) {
+  return r["request_rate"].is_string() ? r["request_rate"].get<std::string>()
+                                       : fmt::format("{:g}", r["request_rate"].get<double>());
+}
+
 double tpot_ms(const RequestRecord& r) {
   return r.output_tokens > 1 ? (r.e2el_ms - r.ttft_ms) / (r.output_tokens - 1) : 0;
 }
@@ -191,9 +197,7 @@ void print_sweep(const std::vector<ojson>& runs) {
   fmt::print("\n{:>10} {:>8} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "rate", "ok", "req/s",
              "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "E2E p50");
   for (const auto& r : runs) {
-    std::string rate = r["request_rate"].is_string()
-                           ? r["request_rate"].get<std::string>()
-                           : fmt::format("{:g}", r["request_rate"].get<double>());
+    const std::string rate = rate_label(r);
     fmt::print("{:>10} {:>8} {:>10.2f} {:>12.1f} {:>12.1f} {:>12.1f} {:>12.2f} {:>12.1f}\n", rate,
                r["completed"].get<int>(), r["request_throughput"].get<double>(),
                r["output_throughput"].get<double>(), r["ttft_ms"]["median"].get<double>(),
@@ -228,11 +232,6 @@ std::string escape(const std::string& s) {
       out += c;
   }
   return out;
-}
-
-std::string rate_label(const ojson& r) {
-  return r["request_rate"].is_string() ? r["request_rate"].get<std::string>()
-                                       : fmt::format("{:g}", r["request_rate"].get<double>());
 }
 
 // One panel: `metric` (median solid, p99 dashed) against output tokens/s.
