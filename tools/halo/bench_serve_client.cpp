@@ -1,10 +1,9 @@
 #include "bench_serve_client.h"
 
+#include <algorithm>
+
 #include <curl/curl.h>
 #include <fmt/format.h>
-
-#include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
@@ -55,7 +54,7 @@ struct StreamClient::Transfer {
     result.done = BenchClock::now();
     curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
     if (code != CURLE_OK) {
-      result.error = fmt::format("{}", curl_easy_strerror(code));
+      result.error = curl_easy_strerror(code);
     } else if (status != 200) {
       result.error = fmt::format("HTTP {}: {}", status, error_body_message(error_body));
     } else if (result.error.empty() && result.chunks.empty()) {
