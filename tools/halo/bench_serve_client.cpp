@@ -1,9 +1,9 @@
 #include "bench_serve_client.h"
 
-#include <algorithm>
-
 #include <curl/curl.h>
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "common/error.h"
 
