@@ -11,6 +11,9 @@ find_package(yaml-cpp CONFIG REQUIRED)
 find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
+# KV cache events (core/serve/kv_event_publisher): a ZeroMQ PUB/ROUTER pair, msgpack payloads.
+pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
+find_package(msgpack CONFIG REQUIRED)  # Debian's libmsgpack-cxx-dev: target msgpackc-cxx
 # Hugging Face Hub downloads (core/model/hf_hub.cpp): libcurl4-openssl-dev;
 # libssl-dev (optional) lets them verify the sha256 of LFS files.
 find_package(CURL REQUIRED)

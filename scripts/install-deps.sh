@@ -20,6 +20,8 @@ build_pkgs=(
   curl
   # halo serve's KServe v2 / Triton gRPC frontend (core/grpc): grpc++, protobuf, protoc and its gRPC plugin.
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  # KV cache events for prefix-aware routers (--kv-events-config): ZeroMQ and msgpack-c's C++ headers.
+  libzmq3-dev libmsgpack-cxx-dev
 )
 test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm
   # The Python package (python/, pybind11) and its pytest suite; pip/venv/setuptools
@@ -29,7 +31,9 @@ test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm
   python3-jsonschema
   # The web page's browser tests (tests/ui): playwright-core drives Debian's Chromium headless;
   # its fonts are only a recommendation, skipped by --no-install-recommends.
-  chromium fonts-liberation)
+  chromium fonts-liberation
+  # The KV events test's independent subscriber: ZeroMQ, msgpack and CBOR from Python.
+  python3-zmq python3-msgpack python3-cbor2)
 # clang-16 + libFuzzer: the fuzz targets (scripts/fuzz.sh, scripts/ci-sanitizers.sh fuzz).
 fuzz_pkgs=(clang-16 libclang-rt-16-dev)
 

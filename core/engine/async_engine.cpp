@@ -455,6 +455,7 @@ void AsyncEngine::loop() {
       else handle_abort(cmd.abort_id);
     }
     if (!cmds.empty()) refresh_gauges();  // an abort frees blocks before any step
+    publish_kv_events();
     if (!engine_->has_unfinished()) continue;
     std::vector<RequestOutput> outs;
     try {
@@ -481,11 +482,28 @@ void AsyncEngine::loop() {
       metrics_.prefix_cache_hits = st.prefix_cache_hits;
       if (st.last_step_tokens > 0) metrics_.iteration_tokens_total.observe(st.last_step_tokens);
     }
+    publish_kv_events();
     for (const auto& out : outs) process(out);
     refresh_gauges();  // after process(): stop strings may have ended requests
     log_stats_if_due();
   }
   fail_all("the engine is shutting down");
+}
+
+void AsyncEngine::set_kv_event_sink(KvEventSink sink) {
+  std::lock_guard lk(mu_);
+  kv_event_sink_ = std::move(sink);
+}
+
+void AsyncEngine::publish_kv_events() {
+  auto events = engine_->take_kv_events();
+  if (events.empty()) return;
+  KvEventSink sink;
+  {
+    std::lock_guard lk(mu_);
+    sink = kv_event_sink_;
+  }
+  if (sink) sink(std::move(events));
 }
 
 void AsyncEngine::refresh_gauges() {

@@ -140,6 +140,12 @@ class AsyncEngine {
   EngineMetrics metrics() const;  // a consistent copy
   bool healthy() const;           // false once the device failed
 
+  // Receives the prefix cache's events (config.enable_kv_cache_events) on
+  // the engine's thread, after the step that caused them and before that
+  // step's outputs reach their streams. Must not block for long.
+  using KvEventSink = std::function<void(std::vector<KvCacheEvent>)>;
+  void set_kv_event_sink(KvEventSink sink);
+
  private:
   struct Choice;
   struct Request;
@@ -159,6 +165,7 @@ class AsyncEngine {
   void fail_all(const std::string& message);
   void log_stats_if_due();
   void refresh_gauges();
+  void publish_kv_events();
 
   std::unique_ptr<LLMEngine> engine_;
   text::Tokenizer tokenizer_;
@@ -167,6 +174,7 @@ class AsyncEngine {
   std::condition_variable cv_;
   std::deque<Command> commands_;
   bool stop_ = false;
+  KvEventSink kv_event_sink_;  // guarded by mu_
   // Loop-thread state.
   std::unordered_map<std::string, std::shared_ptr<Request>> requests_;       // by request id
   std::unordered_map<std::string, std::pair<std::shared_ptr<Request>, int>> by_seq_;  // seq id -> (request, choice)

@@ -24,6 +24,11 @@ struct EngineConfig {
   int64_t max_kv_tokens = 0;  // like TensorRT-LLM's max_tokens_in_paged_kv_cache
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = false;  // reuse KV blocks of shared prompt prefixes
+  // Prefix-cache block hashes chain from block_hash_root(seed, model name)
+  // (engine/block_hash.h), so that a router can compute them from a prompt.
+  std::string prefix_hash_seed;
+  std::string served_model_name;
+  bool enable_kv_cache_events = false;  // record KvCacheEvents (LLMEngine::take_kv_events)
   uint64_t seed = 0;
   int threads = 0;  // plugin option "threads"; 0 = all cores
   std::string kv_cache_dtype =

@@ -3,10 +3,22 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "common/error.h"
+#include "engine/block_hash.h"
 
 namespace halo::engine {
+namespace {
+
+KvCacheEvent event_of(KvCacheEvent::Kind kind) {
+  KvCacheEvent e;
+  e.kind = kind;
+  return e;
+}
+
+}  // namespace
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
@@ -18,8 +30,8 @@ const char* finish_reason_name(FinishReason reason) {
   return "";
 }
 
-KvBlockManager::KvBlockManager(int num_blocks, int block_size, bool enable_prefix_caching)
-    : num_blocks_(num_blocks), block_size_(block_size), prefix_caching_(enable_prefix_caching) {
+KvBlockManager::KvBlockManager(int num_blocks, int block_size, bool enable_prefix_caching, uint64_t hash_root)
+    : num_blocks_(num_blocks), block_size_(block_size), prefix_caching_(enable_prefix_caching), hash_root_(hash_root) {
   if (num_blocks <= 0 || block_size <= 0)
     throw Error(fmt::format("KV block manager: num_blocks={} block_size={} must be positive", num_blocks, block_size));
   blocks_.resize(num_blocks);
@@ -30,17 +42,32 @@ KvBlockManager::KvBlockManager(int num_blocks, int block_size, bool enable_prefi
   if (prefix_caching_) cached_tokens_.resize(size_t(num_blocks) * block_size);
 }
 
+void KvBlockManager::enable_events() {
+  if (!prefix_caching_ || record_events_) return;
+  record_events_ = true;
+  events_.push_back(event_of(KvCacheEvent::Kind::kAllBlocksCleared));
+}
+
+std::vector<KvCacheEvent> KvBlockManager::take_events() { return std::exchange(events_, {}); }
+
 uint64_t KvBlockManager::chain_hash(uint64_t parent, const Sequence& seq, int block_index) const {
-  // FNV-1a over the parent hash and the block's tokens, then a 64-bit finalizer.
-  uint64_t h = 1469598103934665603ull ^ parent;
-  for (int i = 0; i < block_size_; ++i) {
-    uint32_t t = static_cast<uint32_t>(seq.token_at(block_index * block_size_ + i));
-    h = (h ^ t) * 1099511628211ull;
+  std::vector<int32_t> tokens(block_size_);
+  for (int i = 0; i < block_size_; ++i) tokens[i] = seq.token_at(block_index * block_size_ + i);
+  return block_hash(parent, tokens);
+}
+
+// One BlockStored per run of consecutive blocks a sequence registers at once,
+// as vLLM groups them.
+void KvBlockManager::record_stored(std::optional<uint64_t> parent, uint64_t hash, const Sequence& seq,
+                                   int block_index, bool extend) {
+  if (!extend || events_.empty() || events_.back().kind != KvCacheEvent::Kind::kBlockStored) {
+    events_.push_back(event_of(KvCacheEvent::Kind::kBlockStored));
+    events_.back().parent_block_hash = parent;
+    events_.back().block_size = block_size_;
   }
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  return h;
+  auto& ev = events_.back();
+  ev.block_hashes.push_back(hash);
+  for (int t = 0; t < block_size_; ++t) ev.token_ids.push_back(seq.token_at(block_index * block_size_ + t));
 }
 
 bool KvBlockManager::same_tokens(int32_t block, const Sequence& seq, int block_index) const {
@@ -66,7 +93,14 @@ int32_t KvBlockManager::pop_free() {
   blk.in_free = false;
   if (blk.cached) {  // evicted: its contents are about to be overwritten
     auto it = cached_.find(blk.hash);
-    if (it != cached_.end() && it->second == b) cached_.erase(it);
+    if (it != cached_.end() && it->second == b) {
+      cached_.erase(it);
+      if (record_events_) {
+        if (events_.empty() || events_.back().kind != KvCacheEvent::Kind::kBlockRemoved)
+          events_.push_back(event_of(KvCacheEvent::Kind::kBlockRemoved));
+        events_.back().block_hashes.push_back(blk.hash);
+      }
+    }
     blk.cached = false;
   }
   return b;
@@ -79,7 +113,7 @@ int KvBlockManager::attach_cached_prefix(Sequence& seq) {
   // (num_tokens - 1) tokens can come from the cache.
   int max_blocks = (seq.num_tokens() - 1) / block_size_;
   seq.block_hashes.clear();
-  uint64_t parent = 0;
+  uint64_t parent = hash_root_;
   for (int i = 0; i < max_blocks; ++i) {
     uint64_t h = chain_hash(parent, seq, i);
     auto it = cached_.find(h);
@@ -109,13 +143,19 @@ bool KvBlockManager::allocate_slots(Sequence& seq, int num_tokens) {
 void KvBlockManager::cache_full_blocks(Sequence& seq) {
   if (!prefix_caching_) return;
   int full = std::min<int>(seq.num_computed_tokens / block_size_, static_cast<int>(seq.block_table.size()));
+  bool extend = false;  // the previous block was stored by this call
   for (int i = static_cast<int>(seq.block_hashes.size()); i < full; ++i) {
-    uint64_t parent = i == 0 ? 0 : seq.block_hashes[i - 1];
+    uint64_t parent = i == 0 ? hash_root_ : seq.block_hashes[i - 1];
     uint64_t h = chain_hash(parent, seq, i);
     seq.block_hashes.push_back(h);
     int32_t b = seq.block_table[i];
     Block& blk = blocks_[b];
-    if (blk.cached || cached_.count(h)) continue;  // an identical block is already registered
+    if (blk.cached || cached_.count(h)) {  // an identical block is already registered
+      extend = false;
+      continue;
+    }
+    if (record_events_) record_stored(i == 0 ? std::nullopt : std::optional(parent), h, seq, i, extend);
+    extend = true;
     blk.cached = true;
     blk.hash = h;
     cached_[h] = b;

@@ -9,18 +9,31 @@
 // its last prompt token, even a full one, instead of sharing it), so a shared
 // block is never written again; a freed cached block keeps its contents until it is handed
 // out again (least recently freed first), so a later request can still hit it.
+//
+// Block hashes chain from a root (engine/block_hash.h: the scheme llm-d's
+// router computes). With events on, every change to the cache is recorded
+// as a KvCacheEvent for take_events(). Not thread-safe: the engine's thread
+// owns it.
 #include <cstdint>
 #include <list>
 #include <unordered_map>
 #include <vector>
 
+#include "engine/kv_events.h"
 #include "engine/sequence.h"
 
 namespace halo::engine {
 
 class KvBlockManager {
  public:
-  KvBlockManager(int num_blocks, int block_size, bool enable_prefix_caching = false);
+  // `hash_root` is the parent hash of every sequence's first block.
+  KvBlockManager(int num_blocks, int block_size, bool enable_prefix_caching = false, uint64_t hash_root = 0);
+
+  // Records KvCacheEvents from now on (prefix caching only), starting with
+  // AllBlocksCleared: the cache is empty, whatever a router remembers.
+  void enable_events();
+  // The events recorded since the last call, oldest first.
+  std::vector<KvCacheEvent> take_events();
 
   int num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
@@ -78,12 +91,17 @@ class KvBlockManager {
   };
   uint64_t chain_hash(uint64_t parent, const Sequence& seq, int block_index) const;
   bool same_tokens(int32_t block, const Sequence& seq, int block_index) const;
+  void record_stored(std::optional<uint64_t> parent, uint64_t hash, const Sequence& seq, int block_index,
+                     bool extend);
   void take(int32_t block);     // ref++ (off the free list if it was free)
   int32_t pop_free();           // evicts the least recently freed block
 
   int num_blocks_;
   int block_size_;
   bool prefix_caching_;
+  uint64_t hash_root_;
+  bool record_events_ = false;
+  std::vector<KvCacheEvent> events_;
   std::vector<Block> blocks_;
   std::list<int32_t> free_;  // front = next to hand out
   std::unordered_map<uint64_t, int32_t> cached_;  // chain hash -> block

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/block_hash.h"
 #include "common/error.h"
 #include "text/guided/token_mask.h"
 
@@ -99,8 +100,10 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
         limits_.max_model_len, blocks_per_seq, bs, num_blocks, source, std::max<int64_t>(fits, 0)));
   }
   kv_cache_ = std::make_unique<device::KvCache>(executable_, static_cast<int>(num_blocks), bs);
-  blocks_ = std::make_unique<KvBlockManager>(static_cast<int>(num_blocks), bs,
-                                             config_.enable_prefix_caching);
+  blocks_ = std::make_unique<KvBlockManager>(
+      static_cast<int>(num_blocks), bs, config_.enable_prefix_caching,
+      block_hash_root(config_.prefix_hash_seed, config_.served_model_name));
+  if (config_.enable_kv_cache_events) blocks_->enable_events();
 
   SchedulerConfig sc;
   sc.max_num_seqs = limits_.max_num_seqs;
@@ -333,6 +336,8 @@ void LLMEngine::apply_guide(const Sequence& seq, std::span<float> logits) const 
     for (const auto& [e, v] : eos) logits[static_cast<size_t>(e)] = v, any = true;
   if (!any && !eos.empty()) logits[static_cast<size_t>(eos[0].first)] = 0.0f;  // a dead end: end it
 }
+
+std::vector<KvCacheEvent> LLMEngine::take_kv_events() { return blocks_->take_events(); }
 
 EngineStats LLMEngine::stats() const {
   EngineStats s = stats_;

@@ -92,6 +92,8 @@ class LLMEngine {
   const model::LoadedModel& model() const { return *model_; }
   const device::DeviceInfo& device_info() const { return device_->info(); }
   EngineStats stats() const;
+  // The prefix cache's events since the last call (config.enable_kv_cache_events).
+  std::vector<KvCacheEvent> take_kv_events();
 
  private:
   void read_step(const SchedulerOutput& sched, size_t i, StepResult& result);

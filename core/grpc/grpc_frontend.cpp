@@ -400,7 +400,7 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
   grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* c,
                                         const inference::ServerReadyRequest*,
                                         inference::ServerReadyResponse* r) override {
-    r->set_ready(ctx_.core().ready() && !ctx_.core().draining());
+    r->set_ready(ctx_.core().ready());
     return done(c, grpc::Status::OK);
   }
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* c,

@@ -269,11 +269,20 @@ std::shared_ptr<ServedModel> load_one(const ModelSettings& s, const LoadOptions&
                human_bytes(need.weights), human_bytes(need.kv), need.kv_source,
                human_bytes(free_bytes), key);
 
+  ec.served_model_name = s.name;
+  ec.prefix_hash_seed = options.prefix_hash_seed;
+  if (options.kv_events) {
+    if (!ec.enable_prefix_caching) spdlog::info("model '{}': prefix caching on for --kv-events-config", s.name);
+    ec.enable_prefix_caching = ec.enable_kv_cache_events = true;
+  }
   auto loaded =
       std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir, engine::load_options(ec)));
   auto tokenizer = load_tokenizer(tokenizer_dir);
   auto tpl = chat_template(options.chat_template, tokenizer_dir);
   auto eng = std::make_shared<engine::AsyncEngine>(ec, loaded, std::move(tokenizer));
+  if (options.kv_events)
+    eng->set_kv_event_sink([pub = options.kv_events, topic = options.kv_events->topic_for(s.name)](
+                               std::vector<engine::KvCacheEvent> events) { pub->publish(topic, std::move(events)); });
   std::vector<std::string> names{s.name};
   names.insert(names.end(), s.extra_names.begin(), s.extra_names.end());
   auto sm = ServedModel::make(names, s.dir.string(), eng, std::move(tpl));

@@ -9,11 +9,13 @@
 // serving.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "device/plugin.h"
 #include "model/hf_config.h"
+#include "serve/kv_event_publisher.h"
 #include "serve/serving_core.h"
 #include "serve/serving_config.h"
 
@@ -65,6 +67,10 @@ std::string human_bytes(uint64_t bytes);
 
 struct LoadOptions {
   std::string chat_template;  // file or inline template for every model ("": tokenizer_config.json's)
+  // Where every model publishes its KV cache events (null: nowhere); turns
+  // prefix caching on, as the events describe the prefix cache.
+  std::shared_ptr<KvEventPublisher> kv_events;
+  std::string prefix_hash_seed;  // engine/block_hash.h's seed (env PYTHONHASHSEED, as vLLM)
 };
 
 // Loads `models` into `core` in order (add_model / refuse_model) and

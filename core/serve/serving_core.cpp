@@ -56,6 +56,7 @@ std::string ServingCore::not_ready_reason() const {
   if (models_.empty()) return "no model is being served";
   for (const auto& m : models_)
     if (!m->engine->healthy()) return "the engine failed (see the server log)";
+  if (stopping_) return "the server is shutting down";
   return {};
 }
 

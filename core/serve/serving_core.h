@@ -56,9 +56,11 @@ class ServingCore {
   };
   std::vector<std::shared_ptr<const ServedModel>> served_models() const;
   std::vector<Refusal> refused_models() const;
-  // Loading finished, at least one model served, every engine healthy.
+  // Loading finished, at least one model served, every engine healthy, and
+  // no shutdown begun: what /health, KServe's ready and gRPC's ServerReady say.
   bool ready() const;
-  // Why the core is not ready ("" when it is): loading, no model, engine failed.
+  // Why the core is not ready ("" when it is): loading, no model, engine
+  // failed, shutting down.
   std::string not_ready_reason() const;
   // The model `name` routes to (null or empty: the first one); 404 for an
   // unknown name, 503 while loading.
@@ -79,8 +81,12 @@ class ServingCore {
   void start(const std::shared_ptr<Generation>& generation);
 
   // ---- shutdown ----
+  // Two steps, so a load balancer can take the server out before it refuses
+  // work: set_stopping() makes ready() false but requests are still served;
+  // set_draining() then refuses new generations with 503.
+  void set_stopping() { stopping_ = true; }
   bool draining() const { return draining_.load(); }
-  void set_draining() { draining_ = true; }
+  void set_draining() { stopping_ = true, draining_ = true; }
   // Generations running plus requests being preprocessed.
   size_t active_requests() const;
   // Waits until nothing is active or the deadline passes; true if nothing is left.
@@ -102,6 +108,7 @@ class ServingCore {
 
   std::unique_ptr<StreamPump> pump_;
   std::unique_ptr<PreprocessPool> pool_;  // destroyed first: its tasks use everything else
+  std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
 
   mutable std::mutex jobs_mu_;

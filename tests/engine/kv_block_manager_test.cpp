@@ -3,6 +3,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "engine/block_hash.h"
 #include "engine/kv_block_manager.h"
 
 using halo::engine::KvBlockManager;
@@ -235,4 +236,77 @@ TEST(KvFork, WithPrefixCachingTheChildContinuesTheParentsHashChain) {
   EXPECT_EQ(m.num_free_blocks(), 8);
   Sequence again = seq_with(std::vector<int32_t>(9, 5));
   EXPECT_EQ(m.attach_cached_prefix(again), 8) << "the shared prompt blocks stay cached";
+}
+
+// ---- KV cache events (what llm-d's router replays) ----
+using halo::engine::KvCacheEvent;
+
+TEST(KvEvents, StoredRunsAreGroupedChainedAndRemovedOnEviction) {
+  const uint64_t root = halo::engine::block_hash_root("", "m");
+  KvBlockManager m(6, 2, true, root);
+  m.enable_events();
+  auto ev = m.take_events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, KvCacheEvent::Kind::kAllBlocksCleared);
+
+  Sequence a = seq_with({1, 2, 3, 4, 5});
+  compute_all(m, a);  // two full blocks: one BlockStored with both
+  ev = m.take_events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, KvCacheEvent::Kind::kBlockStored);
+  EXPECT_FALSE(ev[0].parent_block_hash.has_value());
+  EXPECT_EQ(ev[0].token_ids, (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(ev[0].block_size, 2);
+  const std::vector<int32_t> b0{1, 2}, b1{3, 4};
+  const uint64_t h0 = halo::engine::block_hash(root, b0);
+  EXPECT_EQ(ev[0].block_hashes, (std::vector<uint64_t>{h0, halo::engine::block_hash(h0, b1)}));
+  const auto a_hashes = ev[0].block_hashes;
+
+  // A sequence sharing the first block stores only its own, chained to it.
+  Sequence b = seq_with({1, 2, 9, 9, 9});
+  EXPECT_EQ(m.attach_cached_prefix(b), 2);
+  compute_all(m, b);
+  ev = m.take_events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].parent_block_hash, h0);
+  EXPECT_EQ(ev[0].block_hashes.size(), 1u);
+  m.free(a);
+  m.free(b);
+  EXPECT_TRUE(m.take_events().empty()) << "freeing keeps the blocks cached";
+
+  // Taking every block evicts the three cached ones, each named once.
+  Sequence c = seq_with(std::vector<int32_t>(12, 7));
+  ASSERT_TRUE(m.allocate_slots(c, 12));
+  ev = m.take_events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, KvCacheEvent::Kind::kBlockRemoved);
+  std::set<uint64_t> removed(ev[0].block_hashes.begin(), ev[0].block_hashes.end());
+  EXPECT_EQ(removed.size(), 3u);
+  EXPECT_TRUE(removed.count(a_hashes[0]) && removed.count(a_hashes[1]));
+}
+
+TEST(KvEvents, NoneWithoutPrefixCachingOrBeforeEnabled) {
+  KvBlockManager off(4, 2);
+  off.enable_events();
+  Sequence a = seq_with({1, 2, 3, 4, 5});
+  compute_all(off, a);
+  EXPECT_TRUE(off.take_events().empty());
+  KvBlockManager on(4, 2, true);
+  Sequence b = seq_with({1, 2, 3, 4, 5});
+  compute_all(on, b);
+  EXPECT_TRUE(on.take_events().empty());
+}
+
+// The llm-d chain on a case worked by hand: CBOR [0, [1, 2], null] is
+// 83 00 82 01 02 f6; its FNV-64a is fixed by the algorithm alone.
+TEST(BlockHash, IsFnv64aOverCanonicalCbor) {
+  uint64_t h = 14695981039346656037ull;
+  for (uint8_t b : {0x83, 0x00, 0x82, 0x01, 0x02, 0xf6}) h = (h ^ b) * 1099511628211ull;
+  const std::vector<int32_t> t{1, 2};
+  EXPECT_EQ(halo::engine::block_hash(0, t), h);
+  // Wider arguments take the shortest CBOR head: 1000 is 19 03 e8.
+  uint64_t w = 14695981039346656037ull;
+  for (uint8_t b : {0x83, 0x18, 0x2a, 0x81, 0x19, 0x03, 0xe8, 0xf6}) w = (w ^ b) * 1099511628211ull;
+  const std::vector<int32_t> t2{1000};
+  EXPECT_EQ(halo::engine::block_hash(42, t2), w);
 }

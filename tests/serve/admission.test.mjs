@@ -115,6 +115,33 @@ describe('graceful shutdown', () => {
     assert.match(server.stderr, /SIGTERM/);
   });
 
+  test('--shutdown-delay: readiness turns false at SIGTERM while requests are still served, then the drain', async () => {
+    const server = await startServer(['--shutdown-delay', '1.5']);
+    const health = async (path) => (await fetch(`${server.url}${path}`)).status;
+    assert.equal(await health('/health'), 200);
+    const t0 = performance.now();
+    server.proc.kill('SIGTERM');
+    // Readiness (what a load balancer and a Kubernetes readiness probe read) at once ...
+    let ready = 200;
+    for (let k = 0; k < 50 && ready === 200; k++) {
+      ready = await health('/health');
+      if (ready === 200) await sleep(10);
+    }
+    assert.equal(ready, 503, '/health turns 503 right after SIGTERM');
+    const body = await (await fetch(`${server.url}/health`)).text();
+    assert.match(body, /shutting down/);
+    assert.equal(await health('/v2/health/ready'), 503, 'KServe readiness follows the same rule');
+    // ... liveness stays, and a request sent during the delay is served.
+    assert.equal(await health('/v2/health/live'), 200);
+    const r = await postJson(`${server.url}/v1/completions`, { prompt: 'What is curl?', max_tokens: 4 });
+    assert.equal(r.status, 200, r.text);
+    assert.ok(performance.now() - t0 < 1500, 'the request above ran inside the delay');
+    const { code } = await server.exited;
+    assert.equal(code, 0, server.stderr);
+    assert.ok(performance.now() - t0 >= 1400, 'the server waited out --shutdown-delay');
+    assert.match(server.stderr, /not ready; still serving for 1.5 s/);
+  });
+
   test('SIGINT with nothing in flight exits 0 at once', async () => {
     const server = await startServer([]);
     const t0 = performance.now();

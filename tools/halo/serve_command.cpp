@@ -14,12 +14,14 @@
 //   < command line.
 //
 // Signals: SIGINT/SIGTERM are blocked in every thread and taken by the main
-// thread with sigwait, which then drains: stop accepting, let in-flight
-// requests finish until --shutdown-timeout, abort the rest, exit 0.
+// thread with sigwait, which then stops: /health 503 for --shutdown-delay,
+// then stop accepting, let in-flight requests finish until
+// --shutdown-timeout, abort the rest, exit 0.
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +39,7 @@
 #include "model_source.h"
 #include "serve/http_server.h"
 #include "serve/kserve_frontend.h"
+#include "serve/kv_event_publisher.h"
 #include "grpc/grpc_frontend.h"
 #include "serve/model_loading.h"
 #include "serve/model_repository.h"
@@ -76,6 +79,8 @@ struct ServeOptions {
   int max_queued_requests = 4096;
   int64_t max_queued_tokens = 0;
   uint64_t max_request_body_bytes = 16u << 20;
+  std::string kv_events_config;
+  double shutdown_delay = 0.0;
   double shutdown_timeout = 30.0;
   int http_threads = 2;
   int keep_alive_timeout = 60;
@@ -302,16 +307,37 @@ void print_ready(serve::ServingCore& core, const std::string& url, const std::st
   std::fflush(stdout);
 }
 
-// Waits for SIGINT/SIGTERM, then drains: no new connections, the requests in
-// flight get up to shutdown_timeout seconds (a second signal cuts it short),
-// then what still runs is aborted.
+// Waits up to `seconds` for another SIGINT/SIGTERM; true if one came.
+bool another_signal(const sigset_t& signals, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    timespec ts{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
+    if (sigtimedwait(&signals, nullptr, &ts) > 0) return true;
+    if (errno != EINTR && errno != EAGAIN) return false;
+  }
+}
+
+// Waits for SIGINT/SIGTERM, then stops in three steps, as Kubernetes expects:
+// /health turns 503 at once while requests are still served for
+// shutdown_delay seconds (the load balancers take the server out); then no
+// new connections or generations, and the requests in flight get up to
+// shutdown_timeout seconds; then what still runs is aborted. A second signal
+// cuts the current step short.
 void wait_and_drain(const sigset_t& signals, serve::ServingCore& core, serve::HttpServer& http,
-                    double shutdown_timeout) {
+                    double shutdown_delay, double shutdown_timeout) {
   int sig = 0;
   sigwait(&signals, &sig);
-  spdlog::warn(
-      "received {}: stopping (no new connections; {} requests in flight, waiting up to {:.0f} s)",
-      sig == SIGTERM ? "SIGTERM" : "SIGINT", core.active_requests(), shutdown_timeout);
+  const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+  core.set_stopping();
+  if (shutdown_delay > 0) {
+    spdlog::warn("received {}: not ready; still serving for {:.1f} s (--shutdown-delay)", name, shutdown_delay);
+    if (another_signal(signals, shutdown_delay)) spdlog::warn("second signal: draining now");
+  }
+  spdlog::warn("{}stopping (no new connections; {} requests in flight, waiting up to {:.0f} s)",
+               shutdown_delay > 0 ? "" : fmt::format("received {}: ", name), core.active_requests(),
+               shutdown_timeout);
   core.set_draining();
   http.stop_accepting();
   const auto deadline = std::chrono::steady_clock::now() +
@@ -322,8 +348,7 @@ void wait_and_drain(const sigset_t& signals, serve::ServingCore& core, serve::Ht
         std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
     idle = core.wait_idle(step);
     if (idle || std::chrono::steady_clock::now() >= deadline) break;
-    timespec zero{0, 0};
-    if (sigtimedwait(&signals, nullptr, &zero) > 0) {
+    if (another_signal(signals, 0.001)) {
       spdlog::warn("second signal: aborting what is still running");
       break;
     }
@@ -332,6 +357,18 @@ void wait_and_drain(const sigset_t& signals, serve::ServingCore& core, serve::Ht
     core.abort_all("shutdown deadline reached");
     core.wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   }
+}
+
+// How the models load: the chat template, and the KV events publisher (its
+// sockets opened here, so a taken port fails before any model loads).
+serve::LoadOptions load_options(const ServeOptions& o, const serve::KvEventsConfig& kv_events,
+                                const std::map<std::string, std::string>& env) {
+  serve::LoadOptions lopts;
+  lopts.chat_template = o.chat_template;
+  if (auto it = env.find("PYTHONHASHSEED"); it != env.end()) lopts.prefix_hash_seed = it->second;
+  if (kv_events.enable_kv_cache_events && kv_events.publisher == "zmq")
+    lopts.kv_events = std::make_shared<serve::KvEventPublisher>(kv_events);
+  return lopts;
 }
 
 // The gRPC frontend when asked for (--grpc-port), or by default at 8001 with
@@ -356,6 +393,9 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   if (sm) apply_sagemaker_address(cmd, env, o);
 
   Plan plan = plan_models(cmd, o, sm);
+  // Checked before anything starts, so a bad config is a quick error.
+  const auto kv_events = o.kv_events_config.empty() ? serve::KvEventsConfig{}
+                                                    : serve::parse_kv_events_config(o.kv_events_config);
   if (o.check_config) {
     std::erase_if(plan.models, [&](const ModelSettings& m) {
       std::string why = serve::check_settings(m);
@@ -417,8 +457,7 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   spdlog::info("listening on {} ({} model(s) loading)", url, plan.models.size());
 
   for (const auto& r : plan.refused) core->refuse_model(r.name, r.reason);
-  serve::LoadOptions lopts;
-  lopts.chat_template = o.chat_template;
+  serve::LoadOptions lopts = load_options(o, kv_events, env);
   size_t served = serve::load_models(plan.models, *core, lopts);
   if (served == 0) {
     auto refused = core->refused_models();
@@ -431,7 +470,7 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   // is served at once; one that polls /health may see 200 a moment before it.
   print_ready(*core, url, api_key, ui != nullptr);
 
-  wait_and_drain(signals, *core, *http, o.shutdown_timeout);
+  wait_and_drain(signals, *core, *http, o.shutdown_delay, o.shutdown_timeout);
   // Let the last bytes of the responses leave before the sockets close.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   if (grpc) grpc->stop(std::chrono::system_clock::now() + std::chrono::seconds(1));
@@ -507,6 +546,15 @@ void add_serve_command(CLI::App& app) {
                   "Prompt tokens waiting for their first token before new requests get 429 (0: no limit)")
       ->capture_default_str();
   cmd->add_option("--max-request-body-bytes", o->max_request_body_bytes, "Larger request bodies get 413")
+      ->capture_default_str();
+  cmd->add_option("--kv-events-config", o->kv_events_config,
+                  "vLLM's KV cache events, as JSON: {\"enable_kv_cache_events\": true, \"endpoint\": "
+                  "\"tcp://*:5557\", \"replay_endpoint\": \"tcp://*:5558\", \"topic\": \"kv@POD@{model}\"}; "
+                  "BlockStored/BlockRemoved over ZeroMQ for prefix-aware routers (llm-d); turns prefix caching on");
+  cmd->add_option("--shutdown-delay", o->shutdown_delay,
+                  "Seconds after SIGTERM/SIGINT during which /health answers 503 but requests are still served, so "
+                  "load balancers and Kubernetes take the server out before it stops accepting")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout,
                   "Seconds in-flight requests may take to finish after SIGTERM/SIGINT before they are aborted")
