@@ -33,7 +33,9 @@ test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm
   # its fonts are only a recommendation, skipped by --no-install-recommends.
   chromium fonts-liberation
   # The KV events test's independent subscriber: ZeroMQ, msgpack and CBOR from Python.
-  python3-zmq python3-msgpack python3-cbor2)
+  python3-zmq python3-msgpack python3-cbor2
+  # scripts/replicas.sh and its test: HAProxy in front of the replicas, Prometheus scraping them.
+  haproxy prometheus)
 # clang-16 + libFuzzer: the fuzz targets (scripts/fuzz.sh, scripts/ci-sanitizers.sh fuzz).
 fuzz_pkgs=(clang-16 libclang-rt-16-dev)
 
