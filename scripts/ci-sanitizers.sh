@@ -90,7 +90,7 @@ run_asan() {
   # --quick: the server load tests (TSan runs load and hostile; the gRPC one
   # compares throughput) and the browser tests (Chromium is not instrumented;
   # the page's files are checked by web_ui_test, its requests by the serve tests).
-  ((quick)) && exclude+='|serve_(load|grpc_load|hostile)$|ui_web_ui$'
+  ((quick)) && exclude+='|serve_(load|grpc_load|hostile|replicas)$|ui_web_ui$'
   exclude+=')'
   ( asan_env; ctest --test-dir "$b" --output-on-failure --timeout 1200 -E "$exclude" ) || ok=0
   ( asan_env; export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
