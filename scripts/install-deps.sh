@@ -35,7 +35,9 @@ test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm
   # The KV events test's independent subscriber: ZeroMQ, msgpack and CBOR from Python.
   python3-zmq python3-msgpack python3-cbor2
   # scripts/replicas.sh and its test: HAProxy in front of the replicas, Prometheus scraping them.
-  haproxy prometheus)
+  haproxy prometheus
+  # tests/deploy: the manifests parsed, the Helm chart rendered by Go's text/template with sprig (no helm in Debian).
+  python3-yaml golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev)
 # clang-16 + libFuzzer: the fuzz targets (scripts/fuzz.sh, scripts/ci-sanitizers.sh fuzz).
 fuzz_pkgs=(clang-16 libclang-rt-16-dev)
 
