@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/block_hash.h"
 #include "engine/scheduler.h"
 
 using namespace halo::engine;
@@ -51,6 +52,31 @@ void BM_ScheduleDecodeStep(benchmark::State& state) {
   state.counters["seqs"] = n;
 }
 
+// Registering a 2,048-token prompt's 128 full blocks in the prefix cache:
+// mode 0 without prefix caching (the baseline), 1 with it (hashing every
+// block: engine/block_hash.h's chain), 2 with KV cache events recorded too
+// (--kv-events-config). Each prompt is new, so the pool evicts as it fills.
+void BM_RegisterPromptBlocks(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  const int block_size = 16, tokens = 2048;
+  KvBlockManager blocks(1024, block_size, mode >= 1, block_hash_root("", "bench"));
+  if (mode == 2) blocks.enable_events();
+  int32_t round = 0;
+  for (auto _ : state) {
+    Sequence s;
+    s.prompt_ids.resize(tokens);
+    for (int t = 0; t < tokens; ++t) s.prompt_ids[t] = (round * 7919 + t) % 32000;
+    ++round;
+    blocks.allocate_slots(s, tokens);
+    s.num_computed_tokens = tokens;
+    blocks.cache_full_blocks(s);
+    blocks.free(s);
+    benchmark::DoNotOptimize(blocks.take_events());
+  }
+  state.SetItemsProcessed(state.iterations() * tokens / block_size);  // blocks
+}
+
 }  // namespace
 
+BENCHMARK(BM_RegisterPromptBlocks)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_ScheduleDecodeStep)->ArgsProduct({{1, 16, 64, 256}, {0, 1}})->Unit(benchmark::kMicrosecond);
