@@ -271,10 +271,9 @@ std::shared_ptr<ServedModel> load_one(const ModelSettings& s, const LoadOptions&
 
   ec.served_model_name = s.name;
   ec.prefix_hash_seed = options.prefix_hash_seed;
-  if (options.kv_events) {
-    if (!ec.enable_prefix_caching) spdlog::info("model '{}': prefix caching on for --kv-events-config", s.name);
-    ec.enable_prefix_caching = ec.enable_kv_cache_events = true;
-  }
+  if (options.kv_events && !ec.enable_prefix_caching)  // enable_for_kv_events turns it on
+    throw Error(fmt::format("model '{}': KV cache events describe the prefix cache, which is off", s.name));
+  ec.enable_kv_cache_events = options.kv_events != nullptr;
   auto loaded =
       std::make_shared<model::LoadedModel>(model::LoadedModel::load(dir, engine::load_options(ec)));
   auto tokenizer = load_tokenizer(tokenizer_dir);
@@ -307,6 +306,12 @@ std::shared_ptr<ServedModel> load_one(const ModelSettings& s, const LoadOptions&
 }
 
 }  // namespace
+
+void enable_for_kv_events(ModelSettings& s) {
+  if (s.engine.enable_prefix_caching) return;
+  s.engine.enable_prefix_caching = true;
+  s.origin["enable-prefix-caching"] = "--kv-events-config";
+}
 
 size_t load_models(const std::vector<ModelSettings>& models, ServingCore& core,
                    const LoadOptions& options) {

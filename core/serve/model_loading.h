@@ -67,11 +67,15 @@ std::string human_bytes(uint64_t bytes);
 
 struct LoadOptions {
   std::string chat_template;  // file or inline template for every model ("": tokenizer_config.json's)
-  // Where every model publishes its KV cache events (null: nowhere); turns
-  // prefix caching on, as the events describe the prefix cache.
+  // Where every model publishes its KV cache events (null: nowhere); the
+  // models must have prefix caching on (enable_for_kv_events).
   std::shared_ptr<KvEventPublisher> kv_events;
   std::string prefix_hash_seed;  // engine/block_hash.h's seed (env PYTHONHASHSEED, as vLLM)
 };
+
+// Turns prefix caching on, as KV cache events describe the prefix cache;
+// --check-config shows --kv-events-config as the setting's source.
+void enable_for_kv_events(ModelSettings& s);
 
 // Loads `models` into `core` in order (add_model / refuse_model) and
 // returns how many are served. Never throws for one model's failure.

@@ -255,6 +255,12 @@ class KvEventsTest(unittest.TestCase):
         for seq, payload in self.seen.items():
             self.assertEqual(replayed.get(seq), payload, f"batch {seq} replayed differently")
 
+    def test_check_config_shows_prefix_caching_turned_on(self):
+        r = subprocess.run([HALO, "serve", "--check-config", "--kv-events-config", '{"enable_kv_cache_events": true}'],
+                           capture_output=True, text=True, timeout=60 * SLOW)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"enable-prefix-caching = true +\(--kv-events-config\)")
+
     def test_bad_config_is_refused(self):
         for config, says in [('{"enable_kv_cache_events": true, "endpint": "x"}', "unknown field 'endpint'"),
                              ('{"buffer_steps": -1}', "'buffer_steps' must be a positive integer"),

@@ -396,6 +396,8 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   // Checked before anything starts, so a bad config is a quick error.
   const auto kv_events = o.kv_events_config.empty() ? serve::KvEventsConfig{}
                                                     : serve::parse_kv_events_config(o.kv_events_config);
+  if (kv_events.enable_kv_cache_events)
+    for (auto& m : plan.models) serve::enable_for_kv_events(m);
   if (o.check_config) {
     std::erase_if(plan.models, [&](const ModelSettings& m) {
       std::string why = serve::check_settings(m);
