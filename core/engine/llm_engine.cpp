@@ -24,6 +24,57 @@ std::string human_bytes(double b) {
   }
   return fmt::format("{:.2f} {}", b, units[u]);
 }
+
+// KV arithmetic: how many blocks the budget buys, logged so users can check
+// it; an Error when one sequence of max_model_len does not fit.
+int64_t kv_block_count(const EngineConfig& config, const halo_limits& limits, const halo_model_spec& spec,
+                       const device::Plugin& plugin) {
+  const int bs = limits.block_size;
+  const uint64_t per_block = limits.kv_bytes_per_block;
+  const uint64_t per_token = per_block / bs;
+  int64_t num_blocks = 0;
+  std::string source;
+  const int64_t blocks_per_seq = (limits.max_model_len + bs - 1) / bs;
+  if (config.max_kv_tokens > 0) {
+    num_blocks = (config.max_kv_tokens + bs - 1) / bs;
+    source = fmt::format("--max-kv-tokens={}", config.max_kv_tokens);
+  } else if (config.kv_cache_memory > 0) {
+    num_blocks = static_cast<int64_t>(config.kv_cache_memory / per_block);
+    source = fmt::format("--kv-cache-memory={}", human_bytes(double(config.kv_cache_memory)));
+  } else {
+    double budget = double(limits.kv_memory_available) * config.device_memory_utilization;
+    num_blocks = static_cast<int64_t>(budget / double(per_block));
+    source = fmt::format("--device-memory-utilization={} of {} available",
+                         config.device_memory_utilization,
+                         human_bytes(double(limits.kv_memory_available)));
+    // More blocks than every sequence at full length can use is wasted memory.
+    int64_t useful = blocks_per_seq * limits.max_num_seqs;
+    if (num_blocks > useful) {
+      num_blocks = useful;
+      source += fmt::format(", capped at max_num_seqs={} x max_model_len={}", limits.max_num_seqs,
+                            limits.max_model_len);
+    }
+  }
+  num_blocks = std::min<int64_t>(num_blocks, std::numeric_limits<int32_t>::max());
+  spdlog::info(
+      "KV cache: {} bytes/token ({} per layer x {} layers, {}), block_size={} -> {} bytes/block",
+      per_token, per_token / std::max(1, spec.num_layers), spec.num_layers,
+      plugin.api().abi_minor >= 2 ? halo_kv_dtype_name(limits.kv_cache_dtype)
+                                    : "dtype not reported",
+      bs, per_block);
+  spdlog::info("KV cache: {} blocks = {} tokens ({}) from {}", num_blocks, num_blocks * bs,
+               human_bytes(double(num_blocks) * double(per_block)), source);
+  if (num_blocks < blocks_per_seq) {
+    int64_t fits = num_blocks * bs;
+    throw Error(fmt::format(
+        "--max-model-len={} needs {} KV blocks of {} tokens for one sequence, but only {} "
+        "fit in the KV budget ({}); use --max-model-len {} or less, or give the cache "
+        "more memory",
+        limits.max_model_len, blocks_per_seq, bs, num_blocks, source, std::max<int64_t>(fits, 0)));
+  }
+  return num_blocks;
+}
+
 }  // namespace
 
 LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::LoadedModel> model)
@@ -55,50 +106,8 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
                     limits_.max_num_batched_tokens, limits_.max_model_len));
   }
 
-  // KV arithmetic: how many blocks the budget buys, logged so users can check it.
   const int bs = limits_.block_size;
-  const uint64_t per_block = limits_.kv_bytes_per_block;
-  const uint64_t per_token = per_block / bs;
-  int64_t num_blocks = 0;
-  std::string source;
-  const int64_t blocks_per_seq = (limits_.max_model_len + bs - 1) / bs;
-  if (config_.max_kv_tokens > 0) {
-    num_blocks = (config_.max_kv_tokens + bs - 1) / bs;
-    source = fmt::format("--max-kv-tokens={}", config_.max_kv_tokens);
-  } else if (config_.kv_cache_memory > 0) {
-    num_blocks = static_cast<int64_t>(config_.kv_cache_memory / per_block);
-    source = fmt::format("--kv-cache-memory={}", human_bytes(double(config_.kv_cache_memory)));
-  } else {
-    double budget = double(limits_.kv_memory_available) * config_.device_memory_utilization;
-    num_blocks = static_cast<int64_t>(budget / double(per_block));
-    source = fmt::format("--device-memory-utilization={} of {} available",
-                         config_.device_memory_utilization,
-                         human_bytes(double(limits_.kv_memory_available)));
-    // More blocks than every sequence at full length can use is wasted memory.
-    int64_t useful = blocks_per_seq * limits_.max_num_seqs;
-    if (num_blocks > useful) {
-      num_blocks = useful;
-      source += fmt::format(", capped at max_num_seqs={} x max_model_len={}", limits_.max_num_seqs,
-                            limits_.max_model_len);
-    }
-  }
-  num_blocks = std::min<int64_t>(num_blocks, std::numeric_limits<int32_t>::max());
-  spdlog::info(
-      "KV cache: {} bytes/token ({} per layer x {} layers, {}), block_size={} -> {} bytes/block",
-      per_token, per_token / std::max(1, spec.num_layers), spec.num_layers,
-      plugin_->api().abi_minor >= 2 ? halo_kv_dtype_name(limits_.kv_cache_dtype)
-                                    : "dtype not reported",
-      bs, per_block);
-  spdlog::info("KV cache: {} blocks = {} tokens ({}) from {}", num_blocks, num_blocks * bs,
-               human_bytes(double(num_blocks) * double(per_block)), source);
-  if (num_blocks < blocks_per_seq) {
-    int64_t fits = num_blocks * bs;
-    throw Error(fmt::format(
-        "--max-model-len={} needs {} KV blocks of {} tokens for one sequence, but only {} "
-        "fit in the KV budget ({}); use --max-model-len {} or less, or give the cache "
-        "more memory",
-        limits_.max_model_len, blocks_per_seq, bs, num_blocks, source, std::max<int64_t>(fits, 0)));
-  }
+  const int64_t num_blocks = kv_block_count(config_, limits_, spec, *plugin_);
   kv_cache_ = std::make_unique<device::KvCache>(executable_, static_cast<int>(num_blocks), bs);
   blocks_ = std::make_unique<KvBlockManager>(
       static_cast<int>(num_blocks), bs, config_.enable_prefix_caching,

@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -307,15 +308,37 @@ void print_ready(serve::ServingCore& core, const std::string& url, const std::st
   std::fflush(stdout);
 }
 
-// Waits up to `seconds` for another SIGINT/SIGTERM; true if one came.
+// Blocks SIGINT and SIGTERM in the calling thread and every thread it starts
+// later, so that only wait_and_drain takes them; ignores SIGPIPE.
+sigset_t block_stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  return signals;
+}
+
+serve::HttpServerOptions http_options(const ServeOptions& o) {
+  serve::HttpServerOptions h;
+  h.host = o.host;
+  h.port = o.port;
+  h.io_threads = o.http_threads;
+  h.max_body_bytes = o.max_request_body_bytes;
+  h.idle_timeout = std::chrono::seconds(o.keep_alive_timeout);
+  return h;
+}
+
+// Waits up to `seconds` (0: only looks) for another SIGINT/SIGTERM; true if one came.
 bool another_signal(const sigset_t& signals, double seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (true) {
-    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    timespec ts{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
+    const int64_t left = std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now()).count());
+    timespec ts{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
     if (sigtimedwait(&signals, nullptr, &ts) > 0) return true;
-    if (errno != EINTR && errno != EAGAIN) return false;
+    if (left == 0 || (errno != EINTR && errno != EAGAIN)) return false;
   }
 }
 
@@ -348,7 +371,7 @@ void wait_and_drain(const sigset_t& signals, serve::ServingCore& core, serve::Ht
         std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
     idle = core.wait_idle(step);
     if (idle || std::chrono::steady_clock::now() >= deadline) break;
-    if (another_signal(signals, 0.001)) {
+    if (another_signal(signals, 0)) {
       spdlog::warn("second signal: aborting what is still running");
       break;
     }
@@ -413,12 +436,7 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   if (plan.models.empty()) throw Error(plan.refused.empty() ? "no model to serve" : plan.refused.front().reason);
 
   // Before any thread exists: the main thread alone takes SIGINT/SIGTERM.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
+  const sigset_t signals = block_stop_signals();
   raise_fd_limit();
 
   serve::ServingConfig core_cfg;
@@ -438,14 +456,8 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   auto kserve = std::make_unique<serve::KServeFrontend>(*ctx, HALO_VERSION);
   auto sagemaker = std::make_unique<serve::SageMakerFrontend>(*ctx);
   auto ui = o.no_ui ? nullptr : std::make_unique<serve::WebUi>(o.ui_dir);
-  serve::HttpServerOptions hopts;
-  hopts.host = o.host;
-  hopts.port = o.port;
-  hopts.io_threads = o.http_threads;
-  hopts.max_body_bytes = o.max_request_body_bytes;
-  hopts.idle_timeout = std::chrono::seconds(o.keep_alive_timeout);
   auto http = std::make_unique<serve::HttpServer>(
-      hopts, [a = api.get(), k = kserve.get(), s = sagemaker.get(), u = ui.get()](
+      http_options(o), [a = api.get(), k = kserve.get(), s = sagemaker.get(), u = ui.get()](
                  serve::HttpRequest&& req, const std::shared_ptr<serve::Responder>& res) {
         if (u && serve::WebUi::owns(req.path)) u->handle(req, res);
         else if (serve::KServeFrontend::owns(req.path)) k->handle(std::move(req), res);
