@@ -10,15 +10,6 @@
 #include "engine/block_hash.h"
 
 namespace halo::engine {
-namespace {
-
-KvCacheEvent event_of(KvCacheEvent::Kind kind) {
-  KvCacheEvent e;
-  e.kind = kind;
-  return e;
-}
-
-}  // namespace
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
@@ -45,27 +36,34 @@ KvBlockManager::KvBlockManager(int num_blocks, int block_size, bool enable_prefi
 void KvBlockManager::enable_events() {
   if (!prefix_caching_ || record_events_) return;
   record_events_ = true;
-  events_.push_back(event_of(KvCacheEvent::Kind::kAllBlocksCleared));
+  event(KvCacheEvent::Kind::kAllBlocksCleared, false);
 }
 
 std::vector<KvCacheEvent> KvBlockManager::take_events() { return std::exchange(events_, {}); }
 
-uint64_t KvBlockManager::chain_hash(uint64_t parent, const Sequence& seq, int block_index) const {
-  std::vector<int32_t> tokens(block_size_);
-  for (int i = 0; i < block_size_; ++i) tokens[i] = seq.token_at(block_index * block_size_ + i);
-  return block_hash(parent, tokens);
+uint64_t KvBlockManager::chain_hash(uint64_t parent, const Sequence& seq, int block_index) {
+  hash_tokens_.resize(block_size_);
+  for (int i = 0; i < block_size_; ++i) hash_tokens_[i] = seq.token_at(block_index * block_size_ + i);
+  return block_hash(parent, hash_tokens_);
+}
+
+KvCacheEvent& KvBlockManager::event(KvCacheEvent::Kind kind, bool extend) {
+  if (!extend || events_.empty() || events_.back().kind != kind) {
+    events_.emplace_back();
+    events_.back().kind = kind;
+  }
+  return events_.back();
 }
 
 // One BlockStored per run of consecutive blocks a sequence registers at once,
 // as vLLM groups them.
 void KvBlockManager::record_stored(std::optional<uint64_t> parent, uint64_t hash, const Sequence& seq,
                                    int block_index, bool extend) {
-  if (!extend || events_.empty() || events_.back().kind != KvCacheEvent::Kind::kBlockStored) {
-    events_.push_back(event_of(KvCacheEvent::Kind::kBlockStored));
-    events_.back().parent_block_hash = parent;
-    events_.back().block_size = block_size_;
+  auto& ev = event(KvCacheEvent::Kind::kBlockStored, extend);
+  if (ev.block_hashes.empty()) {
+    ev.parent_block_hash = parent;
+    ev.block_size = block_size_;
   }
-  auto& ev = events_.back();
   ev.block_hashes.push_back(hash);
   for (int t = 0; t < block_size_; ++t) ev.token_ids.push_back(seq.token_at(block_index * block_size_ + t));
 }
@@ -95,11 +93,7 @@ int32_t KvBlockManager::pop_free() {
     auto it = cached_.find(blk.hash);
     if (it != cached_.end() && it->second == b) {
       cached_.erase(it);
-      if (record_events_) {
-        if (events_.empty() || events_.back().kind != KvCacheEvent::Kind::kBlockRemoved)
-          events_.push_back(event_of(KvCacheEvent::Kind::kBlockRemoved));
-        events_.back().block_hashes.push_back(blk.hash);
-      }
+      if (record_events_) event(KvCacheEvent::Kind::kBlockRemoved, true).block_hashes.push_back(blk.hash);
     }
     blk.cached = false;
   }

@@ -89,7 +89,9 @@ class KvBlockManager {
     bool in_free = false;
     std::list<int32_t>::iterator free_pos;
   };
-  uint64_t chain_hash(uint64_t parent, const Sequence& seq, int block_index) const;
+  uint64_t chain_hash(uint64_t parent, const Sequence& seq, int block_index);
+  // The last event if `extend` and it is of `kind`, else a new one.
+  KvCacheEvent& event(KvCacheEvent::Kind kind, bool extend);
   bool same_tokens(int32_t block, const Sequence& seq, int block_index) const;
   void record_stored(std::optional<uint64_t> parent, uint64_t hash, const Sequence& seq, int block_index,
                      bool extend);
@@ -106,6 +108,7 @@ class KvBlockManager {
   std::list<int32_t> free_;  // front = next to hand out
   std::unordered_map<uint64_t, int32_t> cached_;  // chain hash -> block
   std::vector<int32_t> cached_tokens_;             // [num_blocks * block_size], checked on a hit
+  std::vector<int32_t> hash_tokens_;               // chain_hash's copy of one block's tokens (no allocation per block)
   uint64_t queries_ = 0, hits_ = 0;
 };
 

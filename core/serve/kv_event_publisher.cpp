@@ -6,7 +6,6 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -65,6 +64,19 @@ void pack_event(msgpack::packer<msgpack::sbuffer>& pk, const KvCacheEvent& ev) {
       pack_str("AllBlocksCleared");
       break;
   }
+}
+
+// The msgpack payload of one batch: [ts, [event...], data_parallel_rank (0:
+// one engine per process)].
+std::string encode_batch(double ts, const std::vector<KvCacheEvent>& events) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_array(3);
+  pk.pack_double(ts);
+  pk.pack_array(static_cast<uint32_t>(events.size()));
+  for (const auto& ev : events) pack_event(pk, ev);
+  pk.pack_int(0);
+  return std::string(buf.data(), buf.size());
 }
 
 // A ZeroMQ call that failed, as an Error naming what was being done.
@@ -135,17 +147,6 @@ std::optional<int64_t> parse_replay_request(const std::vector<std::string>& fram
   return static_cast<int64_t>(start);
 }
 
-std::string encode_kv_event_batch(double ts, const std::vector<KvCacheEvent>& events, int dp_rank) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
-  pk.pack_array(3);
-  pk.pack_double(ts);
-  pk.pack_array(static_cast<uint32_t>(events.size()));
-  for (const auto& ev : events) pack_event(pk, ev);
-  pk.pack_int(dp_rank);
-  return std::string(buf.data(), buf.size());
-}
-
 struct KvEventPublisher::Impl {
   KvEventsConfig config;
   void* ctx = nullptr;
@@ -158,7 +159,7 @@ struct KvEventPublisher::Impl {
   bool stop = false;
   uint64_t dropped = 0;
 
-  std::atomic<uint64_t> next_seq{0};
+  int64_t next_seq = 0;                                // thread only
   std::deque<std::pair<int64_t, std::string>> buffer;  // thread only: (seq, payload) for replay
   std::thread thread;
 
@@ -177,10 +178,9 @@ void KvEventPublisher::Impl::open() {
   zmq_setsockopt(pub, ZMQ_SNDHWM, &hwm, sizeof hwm);
   int linger = 500;  // ms the last batches may take to leave at shutdown
   zmq_setsockopt(pub, ZMQ_LINGER, &linger, sizeof linger);
-  if (binds(config.endpoint) ? zmq_bind(pub, config.endpoint.c_str())
-                             : zmq_connect(pub, config.endpoint.c_str()))
-    zmq_fail(fmt::format("{} endpoint '{}'", binds(config.endpoint) ? "binding" : "connecting to",
-                         config.endpoint));
+  const bool bind = binds(config.endpoint);
+  if (bind ? zmq_bind(pub, config.endpoint.c_str()) : zmq_connect(pub, config.endpoint.c_str()))
+    zmq_fail(fmt::format("{} endpoint '{}'", bind ? "binding" : "connecting to", config.endpoint));
   if (config.replay_endpoint) {
     replay = zmq_socket(ctx, ZMQ_ROUTER);
     zmq_setsockopt(replay, ZMQ_LINGER, &linger, sizeof linger);
@@ -205,7 +205,7 @@ void KvEventPublisher::Impl::send_queued() {
     batch.swap(queue);
   }
   for (auto& [topic, payload] : batch) {
-    const int64_t seq = static_cast<int64_t>(next_seq.load());
+    const int64_t seq = next_seq++;
     const std::string sb = seq_bytes(seq);
     // PUB never blocks: past the high-water mark ZeroMQ drops the message.
     zmq_send(pub, topic.data(), topic.size(), ZMQ_SNDMORE);
@@ -213,7 +213,6 @@ void KvEventPublisher::Impl::send_queued() {
     zmq_send(pub, payload.data(), payload.size(), 0);
     buffer.emplace_back(seq, std::move(payload));
     if (static_cast<int64_t>(buffer.size()) > config.buffer_steps) buffer.pop_front();
-    next_seq.store(static_cast<uint64_t>(seq) + 1);
   }
 }
 
@@ -302,7 +301,7 @@ std::string KvEventPublisher::topic_for(const std::string& model) const {
 void KvEventPublisher::publish(const std::string& topic, std::vector<engine::KvCacheEvent> events) {
   const double ts =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  std::string payload = encode_kv_event_batch(ts, events);
+  std::string payload = encode_batch(ts, events);
   {
     std::lock_guard lk(impl_->mu);
     if (static_cast<int64_t>(impl_->queue.size()) >= impl_->config.max_queue_size) {
@@ -316,7 +315,5 @@ void KvEventPublisher::publish(const std::string& topic, std::vector<engine::KvC
   uint64_t one = 1;
   [[maybe_unused]] auto r = ::write(impl_->wake_fd, &one, sizeof one);
 }
-
-uint64_t KvEventPublisher::sent() const { return impl_->next_seq.load(); }
 
 }  // namespace halo::serve

@@ -45,10 +45,6 @@ KvEventsConfig parse_kv_events_config(const std::string& json);
 // receives: [identity, "", seq (8 bytes big-endian)]; none when malformed.
 std::optional<int64_t> parse_replay_request(const std::vector<std::string>& frames);
 
-// The msgpack payload of one batch (exposed for tests and the fuzz target's peers).
-std::string encode_kv_event_batch(double ts, const std::vector<engine::KvCacheEvent>& events,
-                                  int dp_rank = 0);
-
 class KvEventPublisher {
  public:
   // Opens the sockets (throws halo::Error naming an endpoint that cannot be
@@ -63,8 +59,6 @@ class KvEventPublisher {
   std::string topic_for(const std::string& model) const;
   // Queues one batch; never blocks (a full queue drops it, with a warning).
   void publish(const std::string& topic, std::vector<engine::KvCacheEvent> events);
-  // Batches sent so far (the next sequence number).
-  uint64_t sent() const;
 
  private:
   struct Impl;
