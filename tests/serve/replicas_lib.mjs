@@ -3,10 +3,11 @@
 // outside: which replica answered (X-Halo-Replica), when, and how it ended.
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+
+import { streamRequest } from './sse_client.mjs';
 
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const SCRIPT = path.join(REPO, 'scripts', 'replicas.sh');
@@ -158,58 +159,23 @@ export async function post(url, body, { track, timeoutMs = 120000 } = {}) {
   return out;
 }
 
-const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
-
-// A streaming POST on a connection of its own, recording when the headers
-// came (tHeaders), which replica answered, the SSE data events, whether
-// [DONE] came, and how it ended: {kind: 'stream', status, replica, events,
-// done, error, t0, tHeaders, t1, text}. `track` as for post().
-export function stream(url, body, { timeoutMs, track } = {}) {
-  return new Promise((resolve) => {
-    const out = { kind: 'stream', status: 0, replica: null, events: [], done: false, error: null, t0: performance.now(),
-      tHeaders: 0, t1: 0, text: '' };
-    track?.live.add(out);
-    track?.all.push(out);
-    let settled = false;
-    const finish = (error) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      if (error && !out.error) out.error = error;
-      out.t1 = performance.now();
-      track?.live.delete(out);
-      resolve(out);
-    };
-    const req = http.request(url, { method: 'POST', agent, headers: { 'Content-Type': 'application/json' } });
-    const timer = setTimeout(() => { req.destroy(); finish(`no end after ${timeoutMs} ms`); }, timeoutMs);
-    req.on('response', (res) => {
-      out.status = res.statusCode;
-      out.replica = res.headers['x-halo-replica'] ?? null;
-      out.tHeaders = performance.now();
-      res.setEncoding('utf8');
-      let buf = '';
-      res.on('data', (d) => {
-        if (res.statusCode !== 200) { out.text += d; return; }
-        buf += d;
-        let i;
-        while ((i = buf.indexOf('\n\n')) >= 0) {
-          const ev = buf.slice(0, i);
-          buf = buf.slice(i + 2);
-          if (ev === 'data: [DONE]') out.done = true;
-          else if (ev.startsWith('data: ')) out.events.push(ev.slice(6));
-          else out.error = `bad SSE framing: ${JSON.stringify(ev.slice(0, 80))}`;
-        }
-      });
-      res.on('end', () => finish(out.done || res.statusCode !== 200 ? null : 'the stream ended without [DONE]'));
-      res.on('error', (e) => finish(`stream cut: ${e.message}`));
-      res.on('close', () => finish(out.done ? null : 'the connection closed'));
-    });
-    req.on('error', (e) => finish(`request failed: ${e.message}`));
-    req.end(JSON.stringify(body));
-  });
+// A streaming POST on a connection of its own (sse_client.mjs), filled in
+// place while it runs: {kind: 'stream', replica (from the first response
+// header), status, headers, events: [{t, data}], done, error, t0, tHeaders,
+// t1, text}; a stream that ends or is cut before [DONE] has an error.
+// `track` as for post().
+export async function stream(url, body, { timeoutMs, track } = {}) {
+  const out = { kind: 'stream' };
+  Object.defineProperty(out, 'replica', { enumerable: true, get() { return this.headers?.['x-halo-replica'] ?? null; } });
+  track?.live.add(out);
+  track?.all.push(out);
+  await streamRequest(url, body, { timeoutMs, into: out });
+  if (!out.error && out.status === 200 && !out.done) out.error = 'the stream ended without [DONE]';
+  track?.live.delete(out);
+  return out;
 }
 
 // A stream's usage (include_usage), or null.
 export function streamUsage(r) {
-  try { return JSON.parse(r.events.at(-1)).usage ?? null; } catch { return null; }
+  try { return JSON.parse(r.events.at(-1).data).usage ?? null; } catch { return null; }
 }

@@ -7,16 +7,21 @@ const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
 // POSTs `body` to `url` and reads the SSE stream. Options:
 //   dropAfter: destroy the connection after this many data events
 //   timeoutMs: fail if the stream has not ended by then
-// Resolves {status, events: [{t, data}], done, dropped, error, t0}.
-export function streamRequest(url, body, { dropAfter = 0, timeoutMs = 120000, headers = {} } = {}) {
+//   into: an object to fill in place (so a caller can watch it while it runs)
+// Resolves {status, headers (the response's), events: [{t, data}], done,
+// dropped, error, text (a non-200 body), t0, tHeaders, t1}. A stream cut off
+// before [DONE] resolves with done false.
+export function streamRequest(url, body, { dropAfter = 0, timeoutMs = 120000, headers = {}, into = {} } = {}) {
   return new Promise((resolve) => {
     const t0 = performance.now();
-    const out = { status: 0, events: [], done: false, dropped: false, error: null, t0 };
+    const out = Object.assign(into, { status: 0, headers: {}, events: [], done: false, dropped: false, error: null,
+      text: '', t0, tHeaders: 0, t1: 0 });
     let settled = false;
     const finish = () => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
+      out.t1 = performance.now();
       resolve(out);
     };
     const req = http.request(url, {
@@ -31,9 +36,15 @@ export function streamRequest(url, body, { dropAfter = 0, timeoutMs = 120000, he
     }, timeoutMs);
     req.on('response', (res) => {
       out.status = res.statusCode;
+      out.headers = res.headers;
+      out.tHeaders = performance.now();
       res.setEncoding('utf8');
       let buf = '';
       res.on('data', (d) => {
+        if (res.statusCode !== 200) {
+          out.text += d;
+          return;
+        }
         buf += d;
         let i;
         while ((i = buf.indexOf('\n\n')) >= 0) {
@@ -58,6 +69,7 @@ export function streamRequest(url, body, { dropAfter = 0, timeoutMs = 120000, he
         }
       });
       res.on('end', finish);
+      res.on('close', finish);  // a connection cut without 'end' or 'error'
       res.on('error', (e) => {
         if (!out.dropped) out.error = String(e);
         finish();
