@@ -317,15 +317,19 @@ void AsyncEngine::process(const RequestOutput& out) {
 
   StreamEvent ev;
   ev.index = it->second.second;
-  ev.token_ids = out.new_token_ids;
-  if (!seq.output_logprobs.empty()) {
-    c.cumulative_logprob += seq.output_logprobs.back().logprob;
-    if (req->opts.sampling.logprobs >= 0 || req->buffer_all) ev.logprobs.push_back(seq.output_logprobs.back());
+  // Token by token: a verify adds several, and a stop string may end among them.
+  const size_t first_lp = seq.output_logprobs.size() - out.new_token_ids.size();
+  const bool want_lp = req->opts.sampling.logprobs >= 0 || req->buffer_all;
+  for (size_t k = 0; k < out.new_token_ids.size() && !c.stop->stopped(); ++k) {
+    const TokenLogprob& lp = seq.output_logprobs[first_lp + k];
+    ev.token_ids.push_back(out.new_token_ids[k]);
+    c.cumulative_logprob += lp.logprob;
+    if (want_lp) ev.logprobs.push_back(lp);
+    std::string delta = c.detok->add(out.new_token_ids[k]);
+    if (out.finished && k + 1 == out.new_token_ids.size()) delta += c.detok->finish();
+    ev.text += c.stop->feed(delta);
   }
-  std::string delta;
-  for (int32_t t : out.new_token_ids) delta += c.detok->add(t);
-  if (out.finished) delta += c.detok->finish();
-  ev.text = c.stop->feed(delta);
+  if (out.new_token_ids.empty() && out.finished) ev.text += c.stop->feed(c.detok->finish());
   if (c.stop->stopped()) {
     ev.finished = true;
     ev.finish_reason = FinishReason::kStop;

@@ -38,6 +38,8 @@ struct EngineConfig {
   // group size 0 = the method's default (model/quantize.h).
   std::string quantization = "none";
   int quantization_group_size = 0;
+  // vLLM's --speculative-config JSON (engine/spec_decode/speculative_config.h); empty = off.
+  std::string speculative_config;
 };
 
 // What LoadedModel::load needs of the flags.

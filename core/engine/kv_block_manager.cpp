@@ -181,6 +181,20 @@ bool KvBlockManager::fork(const Sequence& parent, Sequence& child, int num_token
   return true;
 }
 
+void KvBlockManager::trim(Sequence& seq, int num_tokens) {
+  const size_t keep = static_cast<size_t>(blocks_needed(num_tokens));
+  while (seq.block_table.size() > keep) {
+    const int32_t b = seq.block_table.back();
+    Block& blk = blocks_[b];
+    if (blk.ref != 1 || blk.cached)
+      throw Error(fmt::format("KV trim: block {} past {} tokens is shared or cached", b, num_tokens));
+    blk.ref = 0;
+    blk.in_free = true;
+    blk.free_pos = free_.insert(free_.begin(), b);
+    seq.block_table.pop_back();
+  }
+}
+
 void KvBlockManager::free(Sequence& seq) {
   // Tail first: the end of a sequence is the least likely to be shared, so it
   // is evicted first.

@@ -72,6 +72,12 @@ class KvBlockManager {
   };
   bool fork(const Sequence& parent, Sequence& child, int num_tokens, BlockCopies& copies);
 
+  // Gives back the blocks past those `num_tokens` tokens need (a verify's
+  // rejected proposals), first in line to be handed out again: they hold
+  // nothing worth keeping. They are private and unregistered, as every block
+  // past a sequence's computed tokens is.
+  void trim(Sequence& seq, int num_tokens);
+
   // Returns every block of the sequence to the pool and clears its table.
   void free(Sequence& seq);
 

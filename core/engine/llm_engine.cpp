@@ -131,6 +131,7 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   sc.eos_token_ids = eos_ids_;
   scheduler_ = std::make_unique<Scheduler>(sc, *blocks_);
   runner_ = std::make_unique<ModelRunner>(*kv_cache_, spec.vocab_size);
+  if (!config_.speculative_config.empty()) start_speculation(spec::parse_speculative_config(config_.speculative_config));
   spdlog::info(
       "engine ready on {} ({}): max_num_seqs={} max_model_len={} max_num_batched_tokens={} "
       "chunked_prefill={} prefix_caching={}",
@@ -139,6 +140,40 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
 }
 
 LLMEngine::~LLMEngine() = default;
+
+void LLMEngine::start_speculation(spec::SpeculativeConfig sc) {
+  // A verify is several query tokens of one decoding sequence in a step:
+  // devices with static decode graphs need a verify graph for it.
+  if (!scheduler_->config().mixed_batch)
+    throw Error(fmt::format("speculative decoding: device '{}' runs fixed-shape steps and has no verify "
+                            "graph for {} proposed tokens; use a device that mixes prefill and decode "
+                            "(cpu, cuda)",
+                            plugin_->name(), sc.num_speculative_tokens));
+  if (sc.method == spec::SpeculativeConfig::Method::kDraftModel)
+    throw Error(fmt::format("speculative decoding with a draft model ({}) is not available yet; use "
+                            "{{\"method\": \"ngram\"}}",
+                            sc.model));
+  for (const auto& key : sc.ignored) spdlog::info("speculative_config: '{}' has no effect in halo", key);
+  proposer_ = spec::make_ngram_proposer(sc.prompt_lookup_min, sc.prompt_lookup_max);
+  // Past a few sequences a step is no longer bound by reading the weights,
+  // so verifying proposals costs what they save (docs/speculative.md).
+  spec_disable_batch_ = sc.disable_by_batch_size > 0 ? sc.disable_by_batch_size : kDefaultSpecDisableBatch;
+  stats_.spec_accepted_per_pos.assign(static_cast<size_t>(sc.num_speculative_tokens), 0);
+  spdlog::info("speculative decoding: {} (off from {} running sequences)", sc.to_json(), spec_disable_batch_);
+  spec_ = std::move(sc);
+}
+
+void LLMEngine::set_proposer(std::unique_ptr<spec::Proposer> proposer, int num_speculative_tokens) {
+  if (!spec_) {
+    spec::SpeculativeConfig sc;
+    sc.num_speculative_tokens = num_speculative_tokens;
+    spec_ = sc;
+    spec_disable_batch_ = kDefaultSpecDisableBatch;
+  }
+  spec_->num_speculative_tokens = num_speculative_tokens;
+  stats_.spec_accepted_per_pos.resize(static_cast<size_t>(num_speculative_tokens), 0);
+  proposer_ = std::move(proposer);
+}
 
 void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids,
                                  const SamplingParams& params) const {
@@ -195,6 +230,8 @@ void LLMEngine::add_request_group(const std::vector<std::string>& request_ids,
 void LLMEngine::add_beam_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
                                  SamplingParams params, const BeamParams& beam, int priority) {
   validate_request(prompt_ids, params);
+  if (spec_)
+    throw Error("beam search cannot be combined with speculative decoding (speculative_config is set on this model)");
   if (beam.width < 1 || beam.width > limits_.max_num_seqs)
     throw Error(fmt::format("beam width {} must be in [1, max_num_seqs={}]", beam.width,
                             limits_.max_num_seqs));
@@ -226,8 +263,8 @@ std::shared_ptr<Sequence> LLMEngine::make_sequence(const std::string& request_id
   seq->rng.seed(params.seed ? *params.seed : config_.seed * 0x9E3779B97F4A7C15ull + seq->arrival);
   seq->params = std::move(params);
   if (seq->params.guide) {
-    seq->guide_state = seq->params.guide->start();
-    seq->guide_waiting = seq->params.guide_gate.active() && seq->params.guide_gate.open;
+    seq->guide.state = seq->params.guide->start();
+    seq->guide.waiting = seq->params.guide_gate.active() && seq->params.guide_gate.open;
   }
   live_[request_id] = seq;
   return seq;
@@ -241,6 +278,7 @@ bool LLMEngine::abort_request(const std::string& request_id, FinishReason reason
 
 std::vector<RequestOutput> LLMEngine::step() {
   std::vector<RequestOutput> outputs;
+  propose();
   SchedulerOutput sched = scheduler_->schedule();
   stats_.num_preemptions += sched.num_preempted;
   if (sched.empty()) return outputs;
@@ -253,20 +291,26 @@ std::vector<RequestOutput> LLMEngine::step() {
   stats_.batched_tokens += sched.num_batched_tokens;
   stats_.batched_seqs += sched.scheduled.size();
   std::vector<StepResult> results(sched.scheduled.size());
-  for (size_t i = 0; i < sched.scheduled.size(); ++i) read_step(sched, i, results[i]);
+  std::vector<size_t> had(sched.scheduled.size());  // output tokens before the step
+  for (size_t i = 0; i < sched.scheduled.size(); ++i) {
+    read_step(sched, i, results[i]);
+    had[i] = sched.scheduled[i].seq->output_ids.size();
+  }
   const auto copies = scheduler_->update_from_step(sched, results);
   kv_cache_->copy_blocks(copies.src, copies.dst);
   for (size_t i = 0; i < sched.scheduled.size(); ++i) {
-    if (!results[i].sampled) continue;
+    if (!results[i].sampled()) continue;
     const Sequence& seq = *sched.scheduled[i].seq;
     if (seq.beam) {
+      stats_.generation_tokens++;
       if (BeamGroup& g = *seq.beam; g.search.done() && !g.reported)
         outputs.push_back(beam_output(g));
       continue;
     }
     RequestOutput out;
     out.request_id = seq.request_id;
-    out.new_token_ids = {seq.output_ids.back()};
+    out.new_token_ids.assign(seq.output_ids.begin() + static_cast<std::ptrdiff_t>(had[i]), seq.output_ids.end());
+    stats_.generation_tokens += out.new_token_ids.size();
     out.finished = seq.finished();
     out.finish_reason = seq.finish_reason;
     out.seq = live_.at(seq.request_id);
@@ -291,55 +335,143 @@ RequestOutput LLMEngine::beam_output(BeamGroup& g) {
 
 // Reads what the device computed for scheduled sequence i (its sequence is not
 // written: the scheduler applies the result): new prompt logprobs and, at the
-// end of its tokens, a sampled token.
+// end of its tokens, the chosen token(s).
 void LLMEngine::read_step(const SchedulerOutput& sched, size_t i, StepResult& result) {
-  Sequence& seq = *sched.scheduled[i].seq;
-  const int vocab = model_->config().spec.vocab_size;
+  const ScheduledSequence& s = sched.scheduled[i];
+  Sequence& seq = *s.seq;
   const int prompt_len = static_cast<int>(seq.prompt_ids.size());
-  stats_.prompt_tokens +=
-      std::clamp(prompt_len - seq.num_computed_tokens, 0, sched.scheduled[i].num_tokens);
-  if (const auto& pr = runner_->prompt_rows(i); pr.count > 0) {
-    for (int k = 0; k < pr.count; ++k) {
-      const size_t have = seq.prompt_logprobs.size() + result.prompt_logprobs.size();
-      if (pr.first_position + k != static_cast<int>(have)) continue;  // recomputed
-      std::span<const float> l(runner_->logits_at(pr.first_row + k), vocab);
-      result.prompt_logprobs.push_back(token_logprob(l, seq.prompt_ids[pr.first_position + k + 1],
-                                                     seq.params.prompt_logprobs));
-    }
-  }
-  float* row = runner_->logits_row(i);
-  if (row == nullptr) return;
-  std::span<float> logits(row, vocab);
-  // min_tokens: end-of-sequence ids are impossible until enough tokens exist.
-  if (static_cast<int>(seq.output_ids.size()) < seq.params.min_tokens) {
-    const float ninf = -std::numeric_limits<float>::infinity();
-    if (!seq.params.ignore_eos)
-      for (int32_t e : eos_ids_)
-        if (e >= 0 && e < vocab) logits[e] = ninf;
-    for (int32_t e : seq.params.stop_token_ids)
-      if (e >= 0 && e < vocab) logits[e] = ninf;
-  }
-  if (seq.params.guide && !seq.guide_waiting) apply_guide(seq, logits);
+  stats_.prompt_tokens += std::clamp(prompt_len - seq.num_computed_tokens, 0, s.num_tokens);
+  read_prompt_logprobs(seq, i, result);
+  const auto& rows = runner_->sample_rows(i);
+  if (rows.count == 0) return;
+  if (s.num_spec > 0) return verify(s, rows.first_row, result);
+  std::span<float> logits(runner_->logits_at(rows.first_row), model_->config().spec.vocab_size);
+  mask_row(seq.params, seq.output_ids.size(), seq.guide, logits);
   // The sampler advances the sequence's own generator (its only write here).
   SampleResult r = sampler_.sample(logits, seq.params, seq.prompt_ids, seq.output_ids, seq.rng);
-  result.sampled = true;
-  result.token = std::move(r.sampled);
-  stats_.generation_tokens++;
+  result.tokens.push_back(std::move(r.sampled));
+}
+
+void LLMEngine::read_prompt_logprobs(const Sequence& seq, size_t i, StepResult& result) {
+  const auto& pr = runner_->prompt_rows(i);
+  const int vocab = model_->config().spec.vocab_size;
+  for (int k = 0; k < pr.count; ++k) {
+    const size_t have = seq.prompt_logprobs.size() + result.prompt_logprobs.size();
+    if (pr.first_position + k != static_cast<int>(have)) continue;  // recomputed
+    std::span<const float> l(runner_->logits_at(pr.first_row + k), vocab);
+    result.prompt_logprobs.push_back(
+        token_logprob(l, seq.prompt_ids[pr.first_position + k + 1], seq.params.prompt_logprobs));
+  }
+}
+
+// A verify: row j is processed as the step after proposals [0, j) would
+// process it (output length, guide, penalties' history), so a greedy verify
+// chooses exactly the tokens plain decoding would. Logprobs are the target's.
+void LLMEngine::verify(const ScheduledSequence& s, int first_row, StepResult& result) {
+  Sequence& seq = *s.seq;
+  const SamplingParams& p = seq.params;
+  const int vocab = model_->config().spec.vocab_size;
+  const std::span<const int32_t> drafts(seq.spec_ids.data(), static_cast<size_t>(s.num_spec));
+  const size_t out_len = seq.output_ids.size();
+  history_.assign(seq.output_ids.begin(), seq.output_ids.end());
+  GuideCursor cursor = seq.guide;
+  auto dist_of = [&](int j) -> const TokenDist& {
+    for (size_t h = history_.size(); h < out_len + static_cast<size_t>(j); ++h) {
+      if (p.guide) cursor = advance_guide(p, cursor, h, drafts[h - out_len]);
+      history_.push_back(drafts[h - out_len]);
+    }
+    std::span<float> row(runner_->logits_at(first_row + j), vocab);
+    mask_row(p, out_len + static_cast<size_t>(j), cursor, row);
+    work_.assign(row.begin(), row.end());  // the masked row stays for the logprobs
+    return sampler_.distribution(work_, p, seq.prompt_ids, history_);
+  };
+  accepted_.clear();
+  const int n = spec::verify_proposals(drafts, {}, dist_of, seq.rng, accepted_, accept_rule_);
+  for (size_t j = 0; j < accepted_.size(); ++j) {
+    std::span<const float> row(runner_->logits_at(first_row + static_cast<int>(j)), vocab);
+    result.tokens.push_back(token_logprob(row, accepted_[j], std::max(0, p.logprobs)));
+  }
+  stats_.spec_num_drafts++;
+  stats_.spec_num_draft_tokens += drafts.size();
+  stats_.spec_num_accepted_tokens += static_cast<uint64_t>(n);
+  for (int j = 0; j < n; ++j) stats_.spec_accepted_per_pos[static_cast<size_t>(j)]++;
+}
+
+// Asks the proposer for tokens to follow every sequence about to decode,
+// while few enough run that a step costs one read of the weights.
+void LLMEngine::propose() {
+  if (!proposer_) return;
+  const auto& running = scheduler_->running();
+  const int k = spec_->num_speculative_tokens;
+  propose_batch_.clear();
+  const auto busy = std::count_if(running.begin(), running.end(), [](const auto& q) { return !q->finished(); });
+  for (const auto& sp : running) {
+    Sequence& seq = *sp;
+    seq.spec_ids.clear();
+    if (busy >= spec_disable_batch_ || seq.beam || seq.finished() ||
+        seq.num_computed_tokens + 1 != seq.num_tokens())
+      continue;
+    // Room for the proposals and the token after them.
+    const int room = std::min(seq.params.max_tokens - static_cast<int>(seq.output_ids.size()),
+                              limits_.max_model_len - seq.num_tokens()) - 1;
+    if (std::min(k, room) > 0) propose_batch_.push_back({&seq, std::min(k, room)});
+  }
+  if (propose_batch_.empty()) return;
+  proposer_->propose(propose_batch_);
+  // Structured output: a proposal the grammar forbids would only be rejected.
+  for (const auto& r : propose_batch_) {
+    Sequence& seq = *r.seq;
+    if (!seq.params.guide) continue;
+    GuideCursor c = seq.guide;
+    for (size_t j = 0; j < seq.spec_ids.size(); ++j) {
+      const size_t index = seq.output_ids.size() + j;
+      if (!guide_allows(seq.params, c, index, seq.spec_ids[j])) {
+        seq.spec_ids.resize(j);
+        break;
+      }
+      c = advance_guide(seq.params, c, index, seq.spec_ids[j]);
+    }
+  }
+}
+
+bool LLMEngine::guide_allows(const SamplingParams& p, GuideCursor c, size_t index, int32_t token) const {
+  if (c.waiting) return true;
+  if (p.guide_gate.active() && index == 0 && token == p.guide_gate.start) return true;
+  const auto& g = *p.guide;
+  if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) return g.accepting(c.state);
+  if (token < 0 || token >= g.vocab_size()) return false;
+  const auto& mask = *g.allowed(c.state);
+  return (mask[static_cast<size_t>(token) / 64] >> (token % 64)) & 1u;
+}
+
+// What the sampler must never choose at output token number `output_len`:
+// end-of-sequence and stop ids before min_tokens, and what the guide forbids.
+void LLMEngine::mask_row(const SamplingParams& p, size_t output_len, GuideCursor c, std::span<float> logits) const {
+  const int vocab = static_cast<int>(logits.size());
+  if (static_cast<int>(output_len) < p.min_tokens) {
+    const float ninf = -std::numeric_limits<float>::infinity();
+    if (!p.ignore_eos)
+      for (int32_t e : eos_ids_)
+        if (e >= 0 && e < vocab) logits[e] = ninf;
+    for (int32_t e : p.stop_token_ids)
+      if (e >= 0 && e < vocab) logits[e] = ninf;
+  }
+  if (p.guide && !c.waiting) apply_guide(p, c, output_len, logits);
 }
 
 // Guided decoding: every token that would break the constraint is impossible;
 // end-of-sequence only where the output is complete (then it is the only choice
 // when nothing may follow). A first token that opens the reasoning stays possible.
-void LLMEngine::apply_guide(const Sequence& seq, std::span<float> logits) const {
-  const auto& g = *seq.params.guide;
-  const bool complete = g.accepting(seq.guide_state);
+void LLMEngine::apply_guide(const SamplingParams& p, GuideCursor c, size_t output_len, std::span<float> logits) const {
+  const auto& g = *p.guide;
+  const bool complete = g.accepting(c.state);
   const int vocab = static_cast<int>(logits.size());
   std::vector<std::pair<int32_t, float>> eos;  // EOS is a special token: masked below
   for (int32_t e : eos_ids_)
     if (e >= 0 && e < vocab) eos.push_back({e, logits[static_cast<size_t>(e)]});
-  const int32_t think = seq.params.guide_gate.active() && seq.output_ids.empty() ? seq.params.guide_gate.start : -1;
+  const int32_t think = p.guide_gate.active() && output_len == 0 ? p.guide_gate.start : -1;
   const float think_logit = think >= 0 && think < vocab ? logits[static_cast<size_t>(think)] : 0.0f;
-  bool any = text::guided::apply_mask(*g.allowed(seq.guide_state), g.vocab_size(), logits.data(), vocab);
+  bool any = text::guided::apply_mask(*g.allowed(c.state), g.vocab_size(), logits.data(), vocab);
   if (think >= 0 && think < vocab) logits[static_cast<size_t>(think)] = think_logit, any = true;
   if (complete)
     for (const auto& [e, v] : eos) logits[static_cast<size_t>(e)] = v, any = true;

@@ -17,13 +17,18 @@
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/spec_decode/proposer.h"
+#include "engine/spec_decode/rejection_sampler.h"
+#include "engine/spec_decode/speculative_config.h"
 #include "model/model_loader.h"
 
 namespace halo::engine {
 
 struct RequestOutput {
   std::string request_id;
-  std::vector<int32_t> new_token_ids;  // tokens sampled this step (0 or 1)
+  // Tokens this step added, in order: one, or several after a verify of
+  // proposed tokens (speculative decoding); none when only finishing.
+  std::vector<int32_t> new_token_ids;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::shared_ptr<const Sequence> seq;  // full state, read-only
@@ -46,6 +51,13 @@ struct EngineStats {
   uint64_t batched_tokens = 0;  // tokens computed over all steps
   uint64_t batched_seqs = 0;    // sequences scheduled over all steps
   double step_seconds = 0;      // time spent in device steps
+  // Speculative decoding, as vLLM counts it: sequences verified with
+  // proposals, proposals verified, proposals accepted, and accepted per
+  // position (index j: proposals j accepted; size num_speculative_tokens).
+  uint64_t spec_num_drafts = 0;
+  uint64_t spec_num_draft_tokens = 0;
+  uint64_t spec_num_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_pos;
 };
 
 class LLMEngine {
@@ -95,10 +107,24 @@ class LLMEngine {
   // The prefix cache's events since the last call (config.enable_kv_cache_events).
   std::vector<KvCacheEvent> take_kv_events();
 
+  // Speculative decoding: the configuration in use, if any.
+  const std::optional<spec::SpeculativeConfig>& speculative_config() const { return spec_; }
+  // Replaces the proposer (benchmarks and tests: a ReplayProposer), turning
+  // speculation on with `num_speculative_tokens` if it was off.
+  void set_proposer(std::unique_ptr<spec::Proposer> proposer, int num_speculative_tokens);
+  // Tests only: verify with a deliberately wrong rule.
+  void set_accept_rule_for_test(spec::AcceptRule rule) { accept_rule_ = rule; }
+
  private:
   void read_step(const SchedulerOutput& sched, size_t i, StepResult& result);
+  void read_prompt_logprobs(const Sequence& seq, size_t i, StepResult& result);
+  void verify(const ScheduledSequence& s, int first_row, StepResult& result);
+  void propose();
+  void start_speculation(spec::SpeculativeConfig sc);
+  bool guide_allows(const SamplingParams& p, GuideCursor c, size_t index, int32_t token) const;
   RequestOutput beam_output(BeamGroup& g);
-  void apply_guide(const Sequence& seq, std::span<float> logits) const;
+  void mask_row(const SamplingParams& p, size_t output_len, GuideCursor c, std::span<float> logits) const;
+  void apply_guide(const SamplingParams& p, GuideCursor c, size_t output_len, std::span<float> logits) const;
   void check_new_ids(const std::vector<std::string>& request_ids) const;
   std::shared_ptr<Sequence> make_sequence(const std::string& request_id,
                                           const std::vector<int32_t>& prompt_ids,
@@ -115,6 +141,14 @@ class LLMEngine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   Sampler sampler_;
+  std::optional<spec::SpeculativeConfig> spec_;
+  std::unique_ptr<spec::Proposer> proposer_;
+  spec::AcceptRule accept_rule_ = spec::AcceptRule::kLossless;
+  static constexpr int kDefaultSpecDisableBatch = 8;
+  int spec_disable_batch_ = 0;       // no proposals with this many sequences running
+  std::vector<spec::ProposeRequest> propose_batch_;  // scratch
+  std::vector<int32_t> history_, accepted_;    // scratch: verify
+  std::vector<float> work_;                    // scratch: a verify row being processed
   std::vector<int32_t> eos_ids_;
   std::unordered_map<std::string, std::shared_ptr<Sequence>> live_;
   uint64_t next_arrival_ = 0;

@@ -9,7 +9,7 @@ ModelRunner::ModelRunner(device::KvCache& kv_cache, int vocab_size)
 
 void ModelRunner::execute(const SchedulerOutput& step) {
   const auto& sched = step.scheduled;
-  row_of_.assign(sched.size(), -1);
+  sample_rows_.assign(sched.size(), {});
   prompt_rows_.assign(sched.size(), {});
   size_t max_blocks = 1;
   for (const auto& s : sched) max_blocks = std::max(max_blocks, s.seq->block_table.size());
@@ -19,7 +19,7 @@ void ModelRunner::execute(const SchedulerOutput& step) {
     const Sequence& seq = *sched[i].seq;
     const int start = seq.num_computed_tokens;
     const int end = start + sched[i].num_tokens;
-    const int32_t first = in_.add_sequence([&](int pos) { return seq.token_at(pos); }, start,
+    const int32_t first = in_.add_sequence([&](int pos) { return seq.input_token_at(pos); }, start,
                                            sched[i].num_tokens, seq.block_table, block_size_);
     if (seq.params.prompt_logprobs >= 0) {
       // Rows predicting a prompt token.
@@ -30,8 +30,16 @@ void ModelRunner::execute(const SchedulerOutput& step) {
       for (int pos = start; pos < last; ++pos, ++pr.count)
         in_.request_logits(first + (pos - start));
     }
-    if (end == seq.num_tokens())  // caught up: the next token is sampled from this row
-      row_of_[i] = in_.request_logits(static_cast<int32_t>(in_.token_ids.size()) - 1);
+    const int spec = sched[i].num_spec;
+    if (end == seq.num_tokens() + spec) {  // caught up: the next token(s) are sampled from these rows
+      auto& sr = sample_rows_[i];
+      sr.count = 1 + spec;
+      const int32_t last = static_cast<int32_t>(in_.token_ids.size()) - 1;
+      for (int32_t r = last - spec; r <= last; ++r) {
+        const int row = in_.request_logits(r);
+        if (r == last - spec) sr.first_row = row;
+      }
+    }
   }
   kv_cache_.execute(in_, vocab_, logits_);
 }

@@ -16,11 +16,16 @@ class ModelRunner {
   // Runs steps on kv_cache and the executable it was created for.
   ModelRunner(device::KvCache& kv_cache, int vocab_size);
 
-  // Runs the step. Afterwards, for scheduled[i], logits_row(i) is its logits
-  // row, or nullptr when that sequence does not sample this step (a prefill
-  // chunk that does not reach the end of its tokens).
+  // Runs the step. Afterwards, for scheduled[i], sample_rows(i) are the
+  // logits rows it samples from: none for a prefill chunk that does not reach
+  // the end of its tokens, one at the end, and 1 + num_spec for a verify (row
+  // j predicts the token after proposal j; row 0 the one after its own last).
   void execute(const SchedulerOutput& step);
-  float* logits_row(size_t i) { return row_of_[i] < 0 ? nullptr : &logits_[row_of_[i] * vocab_]; }
+  struct SampleRows {
+    int first_row = 0;
+    int count = 0;
+  };
+  const SampleRows& sample_rows(size_t i) const { return sample_rows_[i]; }
 
   // For sequences that asked for prompt logprobs: the logits rows of the
   // prompt positions computed this step that predict another prompt token.
@@ -38,7 +43,7 @@ class ModelRunner {
   int64_t vocab_;
   int block_size_;
   device::StepInputs in_;
-  std::vector<int> row_of_;
+  std::vector<SampleRows> sample_rows_;
   std::vector<PromptRows> prompt_rows_;
   std::vector<float> logits_;
 };

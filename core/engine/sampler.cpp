@@ -58,45 +58,66 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top
   return r;
 }
 
+double TokenDist::prob(int32_t token) const {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] == token) return weights[i] / total;
+  return 0.0;
+}
+
 SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p,
                              std::span<const int32_t> prompt, std::span<const int32_t> output,
                              std::mt19937_64& rng) {
-  const int vocab = static_cast<int>(logits.size());
-  auto finish = [&](int32_t token, std::span<const float> raw_logits) {
-    return SampleResult{token_logprob(raw_logits, token, std::max(0, p.logprobs))};
-  };
   // Raw logprobs are reported, so keep a copy only when processing changes them.
-  bool penalize = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  std::vector<float> raw;
-  if (penalize || p.temperature > 0.0f) raw.assign(logits.begin(), logits.end());
-  std::span<const float> raw_view = raw.empty() ? std::span<const float>(logits) : std::span<const float>(raw);
+  const bool penalized = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  const bool copy = penalized || p.temperature > 0.0f;
+  if (copy) raw_.assign(logits.begin(), logits.end());
+  const int32_t token = draw(distribution(logits, p, prompt, output), rng);
+  std::span<const float> raw = copy ? std::span<const float>(raw_) : std::span<const float>(logits);
+  return SampleResult{token_logprob(raw, token, std::max(0, p.logprobs))};
+}
 
-  if (penalize) {
-    counts_.assign(vocab, 0);
-    for (int32_t t : output) if (t >= 0 && t < vocab) counts_[t]++;
-    if (p.repetition_penalty != 1.0f) {
-      // vLLM/HF: tokens seen in prompt or output get logit/penalty if positive, *penalty if negative.
-      auto apply = [&](int32_t t) {
-        if (t < 0 || t >= vocab) return;
-        float& v = logits[t];
-        v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
-      };
-      std::vector<bool> seen(vocab, false);
-      for (auto seq : {prompt, output})
-        for (int32_t t : seq)
-          if (t >= 0 && t < vocab && !seen[t]) { seen[t] = true; apply(t); }
-    }
-    for (int i = 0; i < vocab; ++i) {
-      if (counts_[i] == 0) continue;
-      logits[i] -= p.frequency_penalty * counts_[i] + p.presence_penalty;
-    }
+void Sampler::penalize(std::span<float> logits, const SamplingParams& p, std::span<const int32_t> prompt,
+                       std::span<const int32_t> output) {
+  const int vocab = static_cast<int>(logits.size());
+  counts_.assign(vocab, 0);
+  for (int32_t t : output)
+    if (t >= 0 && t < vocab) counts_[t]++;
+  if (p.repetition_penalty != 1.0f) {
+    // vLLM/HF: tokens seen in prompt or output get logit/penalty if positive, *penalty if negative.
+    auto apply = [&](int32_t t) {
+      float& v = logits[t];
+      v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
+    };
+    std::vector<bool> seen(vocab, false);
+    for (auto seq : {prompt, output})
+      for (int32_t t : seq)
+        if (t >= 0 && t < vocab && !seen[t]) {
+          seen[t] = true;
+          apply(t);
+        }
   }
+  for (int i = 0; i < vocab; ++i) {
+    if (counts_[i] == 0) continue;
+    logits[i] -= p.frequency_penalty * counts_[i] + p.presence_penalty;
+  }
+}
 
+const TokenDist& Sampler::distribution(std::span<float> logits, const SamplingParams& p,
+                                       std::span<const int32_t> prompt, std::span<const int32_t> output) {
+  const int vocab = static_cast<int>(logits.size());
+  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
+    penalize(logits, p, prompt, output);
+  TokenDist& d = dist_;
+  d.ids.clear();
+  d.weights.clear();
   if (p.temperature == 0.0f) {  // greedy: lowest id wins ties
-    int32_t best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    return finish(best, raw_view);
+    d.ids.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    d.weights.push_back(1.0f);
+    d.total = 1.0;
+    d.greedy = true;
+    return d;
   }
-
+  d.greedy = false;
   for (auto& v : logits) v /= p.temperature;
   // Candidates sorted by logit, then cut by min-p, top-k and top-p.
   order_.resize(vocab);
@@ -109,40 +130,48 @@ SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p,
   } else {
     std::sort(order_.begin(), order_.end(), by_logit);
   }
-  float mx = logits[order_[0]];
-  probs_.resize(order_.size());
-  double sum = 0.0;
-  for (size_t i = 0; i < order_.size(); ++i) {
-    probs_[i] = std::exp(logits[order_[i]] - mx);
-    sum += probs_[i];
-  }
+  const float mx = logits[order_[0]];
+  auto& w = d.weights;
+  w.resize(order_.size());
+  for (size_t i = 0; i < order_.size(); ++i) w[i] = std::exp(logits[order_[i]] - mx);
   // vLLM v1's order: min-p (relative to the most likely token), then top-k
   // (already applied to order_), then top-p over what is left, renormalized.
   size_t keep = order_.size();
   if (p.min_p > 0.0f) {
-    float threshold = p.min_p * probs_[0];
+    const float threshold = p.min_p * w[0];
     size_t i = 1;
-    while (i < keep && probs_[i] >= threshold) ++i;
+    while (i < keep && w[i] >= threshold) ++i;
     keep = i;
   }
   if (p.top_p < 1.0f) {
     double mass = 0.0;
-    for (size_t i = 0; i < keep; ++i) mass += probs_[i];
+    for (size_t i = 0; i < keep; ++i) mass += w[i];
     double cum = 0.0;
     for (size_t i = 0; i < keep; ++i) {
-      cum += probs_[i] / mass;
-      if (cum >= p.top_p) { keep = i + 1; break; }
+      cum += w[i] / mass;
+      if (cum >= p.top_p) {
+        keep = i + 1;
+        break;
+      }
     }
   }
-  double kept = 0.0;
-  for (size_t i = 0; i < keep; ++i) kept += probs_[i];
-  std::uniform_real_distribution<double> uniform(0.0, kept);
-  double r = uniform(rng), acc = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    acc += probs_[i];
-    if (r < acc) return finish(order_[i], raw_view);
+  d.ids.assign(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(keep));
+  w.resize(keep);
+  d.total = 0.0;
+  for (size_t i = 0; i < keep; ++i) d.total += w[i];
+  return d;
+}
+
+int32_t Sampler::draw(const TokenDist& d, std::mt19937_64& rng) {
+  if (d.greedy) return d.ids.front();
+  std::uniform_real_distribution<double> uniform(0.0, d.total);
+  const double r = uniform(rng);
+  double acc = 0.0;
+  for (size_t i = 0; i < d.ids.size(); ++i) {
+    acc += d.weights[i];
+    if (r < acc) return d.ids[i];
   }
-  return finish(order_[keep - 1], raw_view);
+  return d.ids.back();
 }
 
 }  // namespace halo::engine

@@ -21,18 +21,40 @@ struct SampleResult {
 // tokens with theirs (ties: lower id first).
 TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top_k);
 
+// The distribution a token is drawn from once penalties, temperature, top-k,
+// min-p and top-p are applied: the kept candidates, most likely first, with
+// unnormalized weights. Greedy decoding keeps one candidate and draws nothing.
+struct TokenDist {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  double total = 0.0;  // sum of weights
+  bool greedy = false;
+  // Normalized probability of `token` (0 when it was cut).
+  double prob(int32_t token) const;
+};
+
 class Sampler {
  public:
-  // `logits` is modified in place (used as scratch). `history` holds the
-  // prompt and output tokens, `output` only the output (for the penalties).
+  // `logits` is modified in place (used as scratch). `prompt` and `output`
+  // are the sequence's tokens (for the penalties).
   SampleResult sample(std::span<float> logits, const SamplingParams& params,
                       std::span<const int32_t> prompt, std::span<const int32_t> output,
                       std::mt19937_64& rng);
+  // The processing half of sample(): the distribution of the next token. The
+  // reference stays valid until the next call.
+  const TokenDist& distribution(std::span<float> logits, const SamplingParams& params,
+                                std::span<const int32_t> prompt, std::span<const int32_t> output);
+  // The drawing half: one uniform from `rng` unless greedy (sample() draws
+  // exactly this way, so a seed gives the same tokens through either path).
+  static int32_t draw(const TokenDist& dist, std::mt19937_64& rng);
 
  private:
+  void penalize(std::span<float> logits, const SamplingParams& p, std::span<const int32_t> prompt,
+                std::span<const int32_t> output);
   std::vector<int32_t> order_;   // scratch: candidate ids sorted by logit
-  std::vector<float> probs_;     // scratch
   std::vector<int32_t> counts_;  // scratch: output token counts
+  std::vector<float> raw_;       // scratch: logits before processing
+  TokenDist dist_;
 };
 
 }  // namespace halo::engine

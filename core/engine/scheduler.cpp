@@ -17,20 +17,6 @@ void stamp_first_scheduled(SchedulerOutput& out) {
     if (s.seq->first_scheduled == std::chrono::steady_clock::time_point{}) s.seq->first_scheduled = now;
 }
 
-// The guide after `token` (already appended to the output). Reasoning before
-// a gated guide: a first <think> opens it, </think> ends it; the guide then
-// starts from its first state.
-void advance_guide(Sequence& seq, int32_t token) {
-  const ReasoningGate& gate = seq.params.guide_gate;
-  if (seq.guide_waiting) {
-    if (token == gate.end) seq.guide_waiting = false;
-  } else if (gate.active() && seq.output_ids.size() == 1 && token == gate.start) {
-    seq.guide_waiting = true;
-  } else {
-    seq.guide_state = seq.params.guide->advance(seq.guide_state, token);
-  }
-}
-
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvBlockManager& blocks)
@@ -98,6 +84,7 @@ void Scheduler::release_followers(const Sequence& leader) {
 
 void Scheduler::preempt(std::shared_ptr<Sequence> seq) {
   blocks_.free(*seq);
+  seq->spec_ids.clear();
   seq->num_computed_tokens = 0;  // recompute: prompt and output are prefilled again
   seq->num_preemptions++;
   seq->status = SequenceStatus::kWaiting;
@@ -178,8 +165,31 @@ SchedulerOutput Scheduler::schedule() {
     (prefill ? kinds.prefill : kinds.decode) = true;
   }
   admit_waiting(out, budget, kinds);
+  schedule_proposals(out, budget);
   stamp_first_scheduled(out);
   return out;
+}
+
+// Turns decodes with proposals into verifies, with the budget nobody else
+// wanted, and only into slots that are free (never preempting anyone).
+void Scheduler::schedule_proposals(SchedulerOutput& out, int& budget) {
+  for (auto& s : out.scheduled) {
+    Sequence& seq = *s.seq;
+    if (budget <= 0) break;
+    if (seq.spec_ids.empty() || s.num_tokens != 1 || seq.num_computed_tokens + 1 != seq.num_tokens()) continue;
+    int m = std::min({static_cast<int>(seq.spec_ids.size()), budget,
+                      config_.max_model_len - seq.num_tokens()});
+    if (m <= 0) continue;
+    if (!blocks_.allocate_slots(seq, seq.num_tokens() + m)) {
+      const int held = static_cast<int>(seq.block_table.size()) * blocks_.block_size();
+      m = std::min(m, held - seq.num_tokens());  // what the blocks it holds can take
+      if (m <= 0) continue;
+    }
+    s.num_tokens += m;
+    s.num_spec = m;
+    out.num_batched_tokens += m;
+    budget -= m;
+  }
 }
 
 void Scheduler::check_stop(Sequence& seq) const {
@@ -199,26 +209,42 @@ void Scheduler::check_stop(Sequence& seq) const {
   if (seq.finish_reason != FinishReason::kNone) seq.status = SequenceStatus::kFinished;
 }
 
+// Appends a step's tokens one by one, each checked for a stop: one may end
+// the sequence before the rest (a verify's accepted proposals).
+void Scheduler::append_tokens(Sequence& seq, std::vector<TokenLogprob>& tokens) {
+  for (auto& t : tokens) {
+    if (seq.params.guide) seq.guide = advance_guide(seq.params, seq.guide, seq.output_ids.size(), t.token);
+    seq.output_ids.push_back(t.token);
+    seq.output_logprobs.push_back(std::move(t));
+    check_stop(seq);
+    if (seq.finished()) break;
+  }
+}
+
 KvBlockManager::BlockCopies Scheduler::update_from_step(const SchedulerOutput& step,
                                                         std::vector<StepResult>& results) {
   std::vector<std::shared_ptr<BeamGroup>> beam_groups;  // those with a beam in this step
   for (size_t i = 0; i < step.scheduled.size(); ++i) {
-    Sequence& seq = *step.scheduled[i].seq;
+    const ScheduledSequence& s = step.scheduled[i];
+    Sequence& seq = *s.seq;
     StepResult& r = results.at(i);
-    seq.num_computed_tokens += step.scheduled[i].num_tokens;
-    blocks_.cache_full_blocks(seq);
     for (auto& lp : r.prompt_logprobs) seq.prompt_logprobs.push_back(std::move(lp));
-    if (!r.sampled) continue;
-    if (seq.beam) {
+    if (seq.beam && r.sampled()) {
+      seq.num_computed_tokens += s.num_tokens;
+      blocks_.cache_full_blocks(seq);
       if (std::find(beam_groups.begin(), beam_groups.end(), seq.beam) == beam_groups.end())
         beam_groups.push_back(seq.beam);
-      record_beam_offer(seq, std::move(r.token));
+      record_beam_offer(seq, std::move(r.tokens.front()));
       continue;
     }
-    seq.output_ids.push_back(r.token.token);
-    if (seq.params.guide) advance_guide(seq, r.token.token);
-    seq.output_logprobs.push_back(std::move(r.token));
-    check_stop(seq);
+    append_tokens(seq, r.tokens);
+    // A verify computed the last token and every proposal; the rejected ones'
+    // KV is past the end and does not count (the final token never has KV yet).
+    seq.num_computed_tokens += s.num_tokens;
+    if (s.num_spec > 0) seq.num_computed_tokens = std::min(seq.num_computed_tokens, seq.num_tokens() - 1);
+    blocks_.cache_full_blocks(seq);  // after the append: it hashes the tokens it registers
+    if (s.num_spec > 0 && !seq.finished()) blocks_.trim(seq, seq.num_tokens());
+    seq.spec_ids.clear();
   }
   // Followers fork from the blocks of a leader that may finish in this very step.
   KvBlockManager::BlockCopies copies = fork_followers();

@@ -20,11 +20,23 @@
 // not chosen ends. A beam waiting for its siblings has nothing to compute and
 // is not scheduled. The group ends as one request (the engine reports it).
 //
+// Speculative decoding: a running sequence with one token left to compute and
+// proposals in spec_ids is scheduled as a verify, its last token and the
+// proposals in one step. Proposals only take the token budget left after
+// every running sequence's own token and the waiting prompts, they never
+// cost a preemption, and a verify counts as a decode for devices that cannot
+// mix prefill and decode. update_from_step() appends the accepted tokens one
+// by one (a stop may end the sequence among them), counts only their KV as
+// computed and gives back whole blocks past the end at once: rejected slots
+// are never registered with the prefix cache and are overwritten later.
+//
 // Ownership: the scheduler is the one writer of a queued Sequence's state
 // (status, num_computed_tokens, output tokens, finish reason; its blocks
 // through KvBlockManager), and update_from_step() is where a step's results
-// enter it. The engine creates sequences, reads them, and lets the sampler
-// advance their random generator; nothing else writes them.
+// enter it. The engine creates sequences, reads them, lets the sampler
+// advance their random generator and sets spec_ids between steps (the
+// scheduler drops them on preemption and after each step); nothing else
+// writes them.
 #include <deque>
 #include <memory>
 #include <vector>
@@ -46,15 +58,18 @@ struct SchedulerConfig {
 
 struct ScheduledSequence {
   Sequence* seq;
-  int num_tokens;  // new tokens computed this step, starting at seq->num_computed_tokens
+  int num_tokens;    // new tokens computed this step, starting at seq->num_computed_tokens
+  int num_spec = 0;  // of which the last are seq->spec_ids[0, num_spec): a verify step
 };
 
 // What one step computed for a scheduled sequence (index-aligned with
 // SchedulerOutput::scheduled).
 struct StepResult {
   std::vector<TokenLogprob> prompt_logprobs;  // new prompt logprobs, in position order
-  bool sampled = false;                       // the step reached the end: a token was sampled
-  TokenLogprob token;                         // that token and its logprob
+  // The tokens the step chose, in order: none before the end of the prompt,
+  // else one, or after a verify the accepted proposals and one more.
+  std::vector<TokenLogprob> tokens;
+  bool sampled() const { return !tokens.empty(); }
 };
 
 struct SchedulerOutput {
@@ -93,6 +108,8 @@ class Scheduler {
 
   size_t num_waiting() const { return waiting_.size() + held_.size(); }  // held followers wait too
   size_t num_running() const { return running_.size(); }
+  // The running sequences, admission order (the engine proposes for them).
+  const std::vector<std::shared_ptr<Sequence>>& running() const { return running_; }
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !held_.empty(); }
   const SchedulerConfig& config() const { return config_; }
 
@@ -103,6 +120,8 @@ class Scheduler {
   };
   bool kind_allowed(const StepKinds& kinds, bool prefill) const;
   void admit_waiting(SchedulerOutput& out, int& budget, StepKinds& kinds);
+  void schedule_proposals(SchedulerOutput& out, int& budget);
+  void append_tokens(Sequence& seq, std::vector<TokenLogprob>& tokens);
   void preempt(std::shared_ptr<Sequence> seq);
   void insert_waiting(std::shared_ptr<Sequence> seq);
   struct Held {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/guide_cursor.h"
 #include "engine/sampling_params.h"
 
 namespace halo::engine {
@@ -46,14 +47,18 @@ struct Sequence {
   std::vector<int32_t> block_table;
   std::vector<uint64_t> block_hashes;  // prefix-cache hash chain of the full blocks registered so far
   std::shared_ptr<BeamGroup> beam;     // set: one beam of a beam search (the scheduler drives it)
-  int32_t guide_state = 0;             // params.guide's automaton state after the output so far
-  bool guide_waiting = false;          // inside params.guide_gate's reasoning: the guide does not hold yet
+  GuideCursor guide;                   // params.guide's cursor after the output so far
+  // Speculative decoding: tokens proposed to follow the output, verified by
+  // the next step (not part of the sequence until accepted).
+  std::vector<int32_t> spec_ids;
 
   int num_tokens() const { return static_cast<int>(prompt_ids.size() + output_ids.size()); }
   int32_t token_at(int i) const {
     int np = static_cast<int>(prompt_ids.size());
     return i < np ? prompt_ids[i] : output_ids[i - np];
   }
+  // A token of the next step's input: the sequence's own, or a proposed one past its end.
+  int32_t input_token_at(int i) const { return i < num_tokens() ? token_at(i) : spec_ids[i - num_tokens()]; }
   bool finished() const { return status == SequenceStatus::kFinished; }
 };
 

@@ -310,3 +310,28 @@ TEST(BlockHash, IsFnv64aOverCanonicalCbor) {
   const std::vector<int32_t> t2{1000};
   EXPECT_EQ(halo::engine::block_hash(42, t2), w);
 }
+
+TEST(KvTrim, GivesBackBlocksPastTheTokensFirstInLine) {
+  KvBlockManager m(8, 4, /*prefix caching*/ true);
+  Sequence a = seq_with({1, 2, 3, 4, 5, 6});
+  compute_all(m, a);  // block 0 full and cached, block 1 partial
+  ASSERT_TRUE(m.allocate_slots(a, 14));  // proposals reach into blocks 2 and 3
+  ASSERT_EQ(a.block_table.size(), 4u);
+  const std::set<int32_t> trimmed = {a.block_table[2], a.block_table[3]};
+  const int free_before = m.num_free_blocks();
+  m.trim(a, 7);  // accepted up to 7 tokens: blocks 0 and 1 stay
+  EXPECT_EQ(a.block_table.size(), 2u);
+  EXPECT_EQ(m.num_free_blocks(), free_before + 2);
+  Sequence b;
+  ASSERT_TRUE(m.allocate_slots(b, 1));
+  EXPECT_TRUE(trimmed.count(b.block_table[0])) << "a trimmed block is handed out before older free ones";
+  m.trim(a, 8);  // nothing past the end: unchanged
+  EXPECT_EQ(a.block_table.size(), 2u);
+}
+
+TEST(KvTrim, RefusesToGiveBackACachedBlock) {
+  KvBlockManager m(8, 4, true);
+  Sequence a = seq_with({1, 2, 3, 4, 5, 6, 7, 8});
+  compute_all(m, a);  // both blocks cached
+  EXPECT_THROW(m.trim(a, 4), halo::Error);
+}

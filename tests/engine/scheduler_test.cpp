@@ -319,3 +319,127 @@ TEST(SchedulerGroup, APreemptedLeaderKeepsItsFollowersHeldUntilItsPromptIsComput
   EXPECT_EQ(f->output_ids.size(), 2u);
   EXPECT_EQ(blocks.num_free_blocks(), 6);
 }
+
+// ------------------------------------------------------------ speculative decoding
+
+namespace {
+// A running sequence about to decode: prompt computed, one output token.
+std::shared_ptr<Sequence> decoding(Scheduler& sched, const std::string& id, int prompt_len, int max_tokens,
+                                   uint64_t arrival) {
+  auto s = make_seq(id, prompt_len, max_tokens, arrival);
+  sched.add(s);
+  auto out = sched.schedule();
+  std::vector<StepResult> r(out.scheduled.size());
+  for (size_t i = 0; i < out.scheduled.size(); ++i)
+    if (out.scheduled[i].seq == s.get()) r[i].tokens = {{1, 0.0f, {}}};
+  sched.update_from_step(out, r);
+  return s;
+}
+
+StepResult tokens(std::vector<int32_t> ids) {
+  StepResult r;
+  for (int32_t t : ids) r.tokens.push_back({t, 0.0f, {}});
+  return r;
+}
+}  // namespace
+
+TEST(SchedulerSpec, AVerifyTakesTheLastTokenAndTheProposals) {
+  KvBlockManager blocks(64, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64}, blocks);
+  auto a = decoding(sched, "a", 5, 20, 0);
+  a->spec_ids = {11, 12, 13};
+  auto out = sched.schedule();
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].num_tokens, 4);
+  EXPECT_EQ(out.scheduled[0].num_spec, 3);
+  EXPECT_EQ(out.num_batched_tokens, 4);
+  EXPECT_GE(static_cast<int>(a->block_table.size()) * 4, a->num_tokens() + 3);
+}
+
+TEST(SchedulerSpec, AcceptedTokensCountAndRejectedSlotsAreGivenBack) {
+  KvBlockManager blocks(64, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64}, blocks);
+  auto a = decoding(sched, "a", 7, 20, 0);  // 8 tokens, 7 computed
+  const int free_at_decode = blocks.num_free_blocks();
+  a->spec_ids = {11, 12, 13, 14, 15, 16};    // reach position 13: blocks 2 and 3
+  auto out = sched.schedule();
+  EXPECT_LT(blocks.num_free_blocks(), free_at_decode);
+  std::vector<StepResult> r = {tokens({11, 40})};  // one accepted, then a correction
+  sched.update_from_step(out, r);
+  EXPECT_EQ(a->output_ids, (std::vector<int32_t>{1, 11, 40}));
+  EXPECT_EQ(a->num_computed_tokens, 9);  // the last token and the accepted proposal
+  EXPECT_TRUE(a->spec_ids.empty());
+  EXPECT_EQ(a->block_table.size(), 3u);  // 10 tokens: blocks past them went back
+  // All accepted: the bonus token follows.
+  a->spec_ids = {1, 2};
+  out = sched.schedule();
+  r = {tokens({1, 2, 3})};
+  sched.update_from_step(out, r);
+  EXPECT_EQ(a->num_tokens(), 13);
+  EXPECT_EQ(a->num_computed_tokens, 12);
+}
+
+TEST(SchedulerSpec, AStopAmongTheAcceptedEndsTheSequenceThere) {
+  KvBlockManager blocks(64, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_token_ids = {2}},
+                  blocks);
+  auto a = decoding(sched, "a", 5, 20, 0);
+  a->spec_ids = {11, 2, 13};
+  auto out = sched.schedule();
+  std::vector<StepResult> r = {tokens({11, 2, 13, 14})};
+  sched.update_from_step(out, r);
+  EXPECT_TRUE(a->finished());
+  EXPECT_EQ(a->output_ids, (std::vector<int32_t>{1, 11, 2}));
+  EXPECT_EQ(blocks.num_free_blocks(), 64);
+  // max_tokens among the accepted.
+  auto b = decoding(sched, "b", 5, 3, 1);
+  b->spec_ids = {11, 12, 13};
+  out = sched.schedule();
+  r = {tokens({11, 12, 13, 14})};
+  sched.update_from_step(out, r);
+  EXPECT_EQ(b->output_ids.size(), 3u);
+  EXPECT_EQ(b->finish_reason, FinishReason::kLength);
+}
+
+TEST(SchedulerSpec, ProposalsTakeOnlyLeftoverBudgetAndNeverPreempt) {
+  KvBlockManager blocks(5, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 10, .max_model_len = 64}, blocks);
+  auto a = decoding(sched, "a", 7, 20, 0);  // 2 blocks
+  auto b = make_seq("b", 8, 20, 1);        // waiting prompt: 2 blocks, 8 of the 10-token budget
+  sched.add(b);
+  a->spec_ids = {11, 12, 13, 14, 15, 16};
+  auto out = sched.schedule();
+  ASSERT_EQ(out.scheduled.size(), 2u);
+  EXPECT_EQ(out.scheduled[1].num_tokens, 8);  // the prompt came first
+  EXPECT_EQ(out.scheduled[0].num_spec, 1);    // 10 - 1 - 8 left
+  EXPECT_EQ(out.num_preempted, 0);
+  EXPECT_EQ(blocks.num_free_blocks(), 0);
+}
+
+TEST(SchedulerSpec, WithNoFreeBlockProposalsUseOnlyTheSlotsHeld) {
+  KvBlockManager blocks(2, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64}, blocks);
+  auto a = decoding(sched, "a", 5, 20, 0);  // 6 tokens in 2 blocks: slots for 2 more
+  a->spec_ids = {11, 12, 13, 14};
+  auto out = sched.schedule();
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].num_spec, 2);
+  EXPECT_EQ(out.num_preempted, 0);
+}
+
+TEST(SchedulerSpec, PreemptionDropsProposals) {
+  KvBlockManager blocks(3, 4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64}, blocks);
+  auto a = decoding(sched, "a", 4, 20, 0);   // 5 tokens, 2 blocks
+  auto b = decoding(sched, "b", 3, 20, 1);   // 4 tokens, 1 block: pool full
+  b->spec_ids = {9, 9};
+  a->output_ids.push_back(1);  // a needs a third block at its next token ...
+  a->output_ids.push_back(1);
+  a->output_ids.push_back(1);
+  a->output_ids.push_back(1);
+  a->num_computed_tokens = a->num_tokens() - 1;
+  auto out = sched.schedule();  // ... which preempts b, the newest
+  EXPECT_EQ(out.num_preempted, 1);
+  EXPECT_TRUE(b->spec_ids.empty());
+  EXPECT_EQ(b->status, SequenceStatus::kWaiting);
+}

@@ -94,7 +94,7 @@ std::vector<float> halo_last_logits(std::shared_ptr<const model::LoadedModel> mo
   step.scheduled.push_back({&seq, seq.num_tokens()});
   engine::ModelRunner runner(cache, model->config().spec.vocab_size);
   runner.execute(step);
-  float* row = runner.logits_row(0);
+  float* row = runner.logits_at(runner.sample_rows(0).first_row);
   return std::vector<float>(row, row + model->config().spec.vocab_size);
 }
 

@@ -54,7 +54,7 @@ class Evaluator {
     engine::SchedulerOutput step;
     step.scheduled.push_back({&seq, seq.num_tokens()});
     runner_->execute(step);
-    const float* row = runner_->logits_row(0);
+    const float* row = runner_->logits_at(runner_->sample_rows(0).first_row);
     std::vector<float> out(row, row + model_->config().spec.vocab_size);
     blocks_->free(seq);
     return out;

@@ -140,7 +140,7 @@ void run_batch(engine::LLMEngine& eng, const std::vector<WorkItem>& items, size_
     auto st = eng.stats();
     r.peak_kv = std::max<double>(r.peak_kv, st.kv_cache_usage);
     r.max_batch = std::max(r.max_batch, st.num_running);
-    r.output_tokens += outs.size();
+    for (const auto& o : outs) r.output_tokens += o.new_token_ids.size();
   }
 }
 

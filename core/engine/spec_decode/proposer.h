@@ -1,0 +1,51 @@
+#pragma once
+// Proposers of speculative tokens: before a step, the engine asks one for up
+// to max_k tokens to follow each decoding sequence; the step verifies them
+// (rejection_sampler.h). Called on the engine's thread only.
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/sequence.h"
+
+namespace halo::engine::spec {
+
+struct ProposeRequest {
+  Sequence* seq;  // its spec_ids are empty; the proposer fills at most max_k
+  int max_k;
+};
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  virtual void propose(std::span<const ProposeRequest> batch) = 0;
+};
+
+// Prompt lookup over the prompt and the output so far (vLLM's "ngram").
+std::unique_ptr<Proposer> make_ngram_proposer(int prompt_lookup_min, int prompt_lookup_max);
+
+// For benchmarks and tests: proposes a request's given continuation (e.g. the
+// target's own greedy output) while its output follows it, each token
+// replaced by a wrong one with probability `corrupt` (a seeded generator), so
+// acceptance can be chosen.
+class ReplayProposer : public Proposer {
+ public:
+  ReplayProposer(int vocab_size, double corrupt, uint64_t seed)
+      : vocab_(vocab_size), corrupt_(corrupt), rng_(seed) {}
+  void set_script(const std::string& request_id, std::vector<int32_t> continuation) {
+    scripts_[request_id] = std::move(continuation);
+  }
+  void propose(std::span<const ProposeRequest> batch) override;
+
+ private:
+  int vocab_;
+  double corrupt_;
+  std::mt19937_64 rng_;
+  std::unordered_map<std::string, std::vector<int32_t>> scripts_;
+};
+
+}  // namespace halo::engine::spec
