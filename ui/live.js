@@ -54,6 +54,7 @@ class LivePanel {
     this.els = {
       panel: $('live'), status: $('live-status'), running: $('live-running'), waiting: $('live-waiting'),
       kv: $('live-kv'), kvBar: $('live-kv-bar'), tps: $('live-tps'), peak: $('live-peak'),
+      specStat: $('live-spec-stat'), spec: $('live-spec'),
     };
     this.chart = buildChart($('live-chart'));
     this.prev = null;     // last sample of the generated-tokens counter {t, total}
@@ -92,7 +93,21 @@ class LivePanel {
     els.kv.textContent = kv === null ? '–' : `${(kv * 100).toFixed(1)}%`;
     els.kvBar.style.width = `${Math.min(100, Math.max(0, (kv || 0) * 100))}%`;
     this.addSample(sum(metrics.get('vllm:generation_tokens_total')), now);
+    this.showSpeculation(metrics);
     this.draw(now);
+  }
+
+  // Speculative decoding, when a model uses it: the acceptance rate and the
+  // mean tokens per verify, as vLLM derives them from its counters.
+  showSpeculation(metrics) {
+    const drafts = sum(metrics.get('vllm:spec_decode_num_drafts_total'));
+    const proposed = sum(metrics.get('vllm:spec_decode_num_draft_tokens_total'));
+    const accepted = sum(metrics.get('vllm:spec_decode_num_accepted_tokens_total'));
+    this.els.specStat.hidden = drafts === null;
+    if (drafts === null) return;
+    this.els.spec.textContent = proposed > 0
+      ? `${((100 * accepted) / proposed).toFixed(0)}% · ${(1 + accepted / drafts).toFixed(2)}`
+      : '–';
   }
 
   // The rate between two samples of the counter; a restarted server resets

@@ -89,6 +89,7 @@ AsyncEngine::AsyncEngine(const EngineConfig& config, std::shared_ptr<const model
     : engine_(std::make_unique<LLMEngine>(config, std::move(model))),
       tokenizer_(std::move(tokenizer)),
       last_log_(Clock::now()) {
+  metrics_.spec_accepted_per_pos = engine_->stats().spec_accepted_per_pos;  // zeros: the counters exist from the start
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -153,6 +154,8 @@ std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& reque
 
 void AsyncEngine::check_beam_options(const RequestOptions& o) const {
   const auto& b = o.beam;
+  if (engine_->speculative_config())
+    throw Error("beam search cannot be combined with speculative decoding (speculative_config is set on this model)");
   if (o.n > b.width)
     throw Error(fmt::format("beam search returns at most its width: n={} exceeds the beam width {}",
                             o.n, b.width));
@@ -438,6 +441,10 @@ void AsyncEngine::log_stats_if_due() {
   logged_step_seconds_ = st.step_seconds;
   if (dp == 0 && dg == 0 && st.num_running == 0 && st.num_waiting == 0) return;
   double hit = st.prefix_cache_queries ? 100.0 * st.prefix_cache_hits / st.prefix_cache_queries : 0.0;
+  if (st.spec_num_draft_tokens > 0)
+    spdlog::info("speculative decoding: acceptance rate {:.1f}%, mean accepted length {:.2f} (over {} verifies)",
+                 100.0 * double(st.spec_num_accepted_tokens) / double(st.spec_num_draft_tokens),
+                 1.0 + double(st.spec_num_accepted_tokens) / double(st.spec_num_drafts), st.spec_num_drafts);
   spdlog::info("prompt throughput: {:.1f} tok/s, generation throughput: {:.1f} tok/s, running: {}, waiting: {}, "
                "KV cache usage: {:.1f}%, preemptions: {}, prefix cache hit rate: {:.1f}%, steps: {} "
                "(avg {:.2f} ms, avg batch {:.1f} seqs)",
@@ -484,6 +491,10 @@ void AsyncEngine::loop() {
       metrics_.num_preemptions = st.num_preemptions;
       metrics_.prefix_cache_queries = st.prefix_cache_queries;
       metrics_.prefix_cache_hits = st.prefix_cache_hits;
+      metrics_.spec_num_drafts = st.spec_num_drafts;
+      metrics_.spec_num_draft_tokens = st.spec_num_draft_tokens;
+      metrics_.spec_num_accepted_tokens = st.spec_num_accepted_tokens;
+      metrics_.spec_accepted_per_pos = st.spec_accepted_per_pos;
       if (st.last_step_tokens > 0) metrics_.iteration_tokens_total.observe(st.last_step_tokens);
     }
     publish_kv_events();

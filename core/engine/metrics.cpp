@@ -71,6 +71,18 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
     out += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", label, reason,
                        it == m.request_success.end() ? 0 : it->second);
   }
+  if (!m.spec_accepted_per_pos.empty()) {  // vLLM's names, as its Prometheus client writes counters
+    head("vllm:spec_decode_num_drafts_total", "counter", "Sequences verified with proposed tokens.");
+    sample("vllm:spec_decode_num_drafts_total", double(m.spec_num_drafts));
+    head("vllm:spec_decode_num_draft_tokens_total", "counter", "Proposed tokens verified.");
+    sample("vllm:spec_decode_num_draft_tokens_total", double(m.spec_num_draft_tokens));
+    head("vllm:spec_decode_num_accepted_tokens_total", "counter", "Proposed tokens accepted.");
+    sample("vllm:spec_decode_num_accepted_tokens_total", double(m.spec_num_accepted_tokens));
+    head("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Proposed tokens accepted, by position.");
+    for (size_t i = 0; i < m.spec_accepted_per_pos.size(); ++i)
+      out += fmt::format("vllm:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", label, i,
+                         m.spec_accepted_per_pos[i]);
+  }
   auto histogram = [&](const char* name, const char* help, const Histogram& h) {
     head(name, "histogram", help);
     uint64_t cum = 0;

@@ -38,6 +38,11 @@ struct EngineMetrics {
   uint64_t prefix_cache_queries = 0;
   uint64_t prefix_cache_hits = 0;
   std::map<std::string, uint64_t> request_success;  // by finished_reason: stop, length, abort, error
+  // Speculative decoding (rendered only when it is configured: per_pos sized k).
+  uint64_t spec_num_drafts = 0;
+  uint64_t spec_num_draft_tokens = 0;
+  uint64_t spec_num_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_pos;
   // Histograms.
   Histogram time_to_first_token_seconds;
   Histogram inter_token_latency_seconds;

@@ -67,6 +67,7 @@ SettingLayer model_json_layer(const fs::path& file) {
     if (v.is_string()) value = v.get<std::string>();
     else if (v.is_boolean()) value = v.get<bool>() ? "true" : "false";
     else if (v.is_number()) value = v.dump();
+    else if (v.is_object() && k == "speculative_config") value = v.dump();  // vLLM's one JSON-valued argument
     else throw Error(fmt::format("{}: expected a string, number or boolean, got {}", source, v.dump()));
     // vLLM's engine arguments mean what they mean on the command line (serve/engine_args.h).
     std::string key;

@@ -14,6 +14,7 @@
 #include "serve/reasoning_parser.h"
 #include "serve/tool_parsers.h"
 #include "common/error.h"
+#include "engine/spec_decode/speculative_config.h"
 #include "model/quantize.h"
 #include "serve/engine_args.h"
 
@@ -118,6 +119,7 @@ const std::vector<std::string>& setting_keys() {
                                                 "kv-cache-dtype",
                                                 "quantization",
                                                 "quantization-group-size",
+                                                "speculative-config",
                                                 "rolling-batch",
                                                 "enable-auto-tool-choice",
                                                 "tool-call-parser",
@@ -232,6 +234,12 @@ void apply_setting(ModelSettings& m, const Setting& s) {
     e.quantization = q;
   } else if (key == "quantization-group-size") {
     e.quantization_group_size = static_cast<int>(to_int(s, 0, 1 << 20));
+  } else if (key == "speculative-config") {
+    try {
+      e.speculative_config = v.empty() ? "" : engine::spec::parse_speculative_config(v).to_json();
+    } catch (const Error& err) {
+      bad(s, err.what());
+    }
   } else if (key == "rolling-batch") {
     std::string r = lower(v);
     if (r == "disable")
@@ -379,6 +387,7 @@ std::string describe(const ModelSettings& s) {
   row("quantization", e.quantization);
   row("quantization-group-size",
       e.quantization_group_size ? std::to_string(e.quantization_group_size) : "default");
+  row("speculative-config", e.speculative_config.empty() ? "off" : e.speculative_config);
   row("rolling-batch", s.rolling_batch);
   row("enable-auto-tool-choice", s.enable_auto_tool_choice ? "true" : "false");
   row("tool-call-parser", s.tool_call_parser.empty() ? "from the chat template" : s.tool_call_parser);

@@ -107,6 +107,8 @@ struct Mode {
   bool one_at_a_time = false;
 };
 
+void PrintTo(const Mode& m, std::ostream* os) { *os << m.name; }
+
 class SpecGreedy : public ::testing::TestWithParam<Mode> {};
 
 TEST_P(SpecGreedy, OutputEqualsPlainDecoding) {

@@ -195,3 +195,16 @@ def test_embedded_model(llm):
     a = embedded.generate("Hello, my name is", greedy(12))[0].outputs[0].token_ids
     b = llm.generate("Hello, my name is", greedy(12))[0].outputs[0].token_ids
     assert a == b
+
+
+def test_speculative_config_keeps_greedy_output(llm, model_dir):
+    # vLLM's LLM(speculative_config={...}): prompt lookup; greedy output is plain decoding's.
+    prompts = ["apt install apt install apt install", "What is curl? curl is a tool. What is curl?"]
+    plain = llm.generate(prompts, greedy(48, ignore_eos=True))
+    spec = LLM(model=model_dir, max_num_seqs=4,
+               speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3})
+    outs = spec.generate(prompts, greedy(48, ignore_eos=True))
+    for a, b in zip(plain, outs):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids
+    with pytest.raises(Exception, match="num_speculative_tokens"):
+        LLM(model=model_dir, speculative_config={"method": "ngram"})

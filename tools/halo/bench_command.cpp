@@ -34,6 +34,8 @@ struct BenchOptions {
   std::string output_json;
   int baseline_prompts = -1;  // -1: all; 0: skip the one-at-a-time run
   uint64_t workload_seed = 0;
+  double spec_replay = -1;  // >= 0: proposals are the plain run's output, this fraction corrupted
+  int num_speculative_tokens = 4;
   engine::EngineConfig engine;
   ModelSource source;
 };
@@ -51,6 +53,8 @@ struct RunResult {
   uint64_t preemptions = 0;
   size_t max_batch = 0;
   std::optional<device::DeviceStats> device;  // device counters over the run (ABI v1.1 device_get_stats)
+  uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
+  std::vector<std::vector<int32_t>> outputs;  // per item
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -125,6 +129,9 @@ std::vector<WorkItem> random_workload(const BenchOptions& o, int vocab) {
 // Runs items[begin, end) submitted together and drains the engine.
 void run_batch(engine::LLMEngine& eng, const std::vector<WorkItem>& items, size_t begin, size_t end,
                RunResult& r, uint64_t& next_id) {
+  const uint64_t first_id = next_id;
+  r.outputs.resize(items.size());
+  const auto st0 = eng.stats();
   for (size_t i = begin; i < end; ++i) {
     engine::SamplingParams p;
     p.temperature = 0;  // identical work in both runs
@@ -140,8 +147,16 @@ void run_batch(engine::LLMEngine& eng, const std::vector<WorkItem>& items, size_
     auto st = eng.stats();
     r.peak_kv = std::max<double>(r.peak_kv, st.kv_cache_usage);
     r.max_batch = std::max(r.max_batch, st.num_running);
-    for (const auto& o : outs) r.output_tokens += o.new_token_ids.size();
+    for (const auto& o : outs) {
+      r.output_tokens += o.new_token_ids.size();
+      auto& v = r.outputs[begin + (std::stoull(o.request_id) - first_id)];
+      v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    }
   }
+  const auto st1 = eng.stats();
+  r.spec_drafts += st1.spec_num_drafts - st0.spec_num_drafts;
+  r.spec_draft_tokens += st1.spec_num_draft_tokens - st0.spec_num_draft_tokens;
+  r.spec_accepted += st1.spec_num_accepted_tokens - st0.spec_num_accepted_tokens;
 }
 
 nlohmann::ordered_json report(const char* name, const RunResult& r, size_t requests) {
@@ -162,6 +177,10 @@ nlohmann::ordered_json report(const char* name, const RunResult& r, size_t reque
   j["peak_kv_cache_usage"] = r.peak_kv;
   j["max_running"] = r.max_batch;
   j["preemptions"] = r.preemptions;
+  if (r.spec_draft_tokens > 0) {  // as vLLM reports them
+    j["spec_acceptance_rate"] = double(r.spec_accepted) / double(r.spec_draft_tokens);
+    j["spec_mean_accepted_length"] = 1.0 + double(r.spec_accepted) / double(r.spec_drafts);
+  }
   if (r.device && r.device->device_seconds > 0) {  // e.g. the rbln simulator's clock
     const auto& d = *r.device;
     nlohmann::ordered_json dj;
@@ -191,6 +210,9 @@ void print_report(const nlohmann::ordered_json& j) {
   fmt::print("{:<26} {:.1f}%\n", "peak KV cache usage", 100 * j["peak_kv_cache_usage"].get<double>());
   fmt::print("{:<26} {}\n", "max running", j["max_running"].get<size_t>());
   fmt::print("{:<26} {}\n", "preemptions", j["preemptions"].get<uint64_t>());
+  if (j.contains("spec_acceptance_rate"))
+    fmt::print("{:<26} {:.1f}% / {:.2f}\n", "acceptance / mean length", 100 * j["spec_acceptance_rate"].get<double>(),
+               j["spec_mean_accepted_length"].get<double>());
   if (j.contains("device")) {
     const auto& d = j["device"];
     fmt::print("{:<26} {:.4f} s ({} programs)\n", "device time (simulated)", d["seconds"].get<double>(),
@@ -208,6 +230,34 @@ void print_report(const nlohmann::ordered_json& j) {
   fmt::print("\n");
 }
 
+// The same items with speculative decoding: proposals from --speculative-config,
+// or replayed from the plain run's outputs (--spec-replay); the speed-up over
+// the plain run and whether every output stayed the same.
+template <class Timed>
+void run_speculative(const BenchOptions& o, std::shared_ptr<model::LoadedModel> model,
+                     const std::vector<WorkItem>& items, const RunResult& plain, uint64_t& next_id, Timed&& timed,
+                     nlohmann::ordered_json& out) {
+  engine::LLMEngine spec_eng(o.engine, model);
+  if (o.spec_replay >= 0) {
+    auto replay = std::make_unique<engine::spec::ReplayProposer>(model->config().spec.vocab_size, o.spec_replay,
+                                                                 o.workload_seed);
+    for (size_t i = 0; i < items.size(); ++i) replay->set_script(std::to_string(next_id + i), plain.outputs[i]);
+    spec_eng.set_proposer(std::move(replay), o.num_speculative_tokens);
+  }
+  RunResult sr = timed([&](RunResult& r) { run_batch(spec_eng, items, 0, items.size(), r, next_id); }, &spec_eng);
+  out["speculative"] = report("speculative decoding", sr, items.size());
+  out["speculative"]["config"] = spec_eng.speculative_config()->to_json();
+  print_report(out["speculative"]);
+  size_t same = 0;
+  for (size_t i = 0; i < items.size(); ++i) same += sr.outputs[i] == plain.outputs[i];
+  out["speculative"]["outputs_equal_to_plain"] = same;
+  const double speedup =
+      out["speculative"]["output_tokens_per_s"].get<double>() / out["batched"]["output_tokens_per_s"].get<double>();
+  out["speculative_speedup_output_tokens_per_s"] = speedup;
+  fmt::print("speculative decoding speed-up (output tokens/s): {:.2f}x; {} of {} outputs equal to plain\n", speedup,
+             same, items.size());
+}
+
 void run_throughput(const BenchOptions& o) {
   const fs::path dir = resolve_model_dir(o.model_dir, o.source);
   auto model = std::make_shared<model::LoadedModel>(
@@ -219,7 +269,11 @@ void run_throughput(const BenchOptions& o) {
   } else {
     items = random_workload(o, spec.vocab_size);
   }
-  engine::LLMEngine eng(o.engine, model);
+  // Speculative decoding is measured against plain decoding of the same items.
+  const bool spec_mode = o.spec_replay >= 0 || !o.engine.speculative_config.empty();
+  engine::EngineConfig plain_cfg = o.engine;
+  plain_cfg.speculative_config.clear();
+  engine::LLMEngine eng(plain_cfg, model);
   for (auto& w : items) {  // keep every request inside the context
     int room = eng.max_model_len() - 1;
     if (static_cast<int>(w.prompt.size()) > room - 1) w.prompt.resize(room - 1);
@@ -237,14 +291,15 @@ void run_throughput(const BenchOptions& o) {
   uint64_t next_id = 0;
   // The same library the engine loaded (dlopen returns it again): its device counters.
   auto plugin = device::Plugin::load(o.engine.device);
-  auto timed = [&](auto&& body) {
+  auto timed = [&](auto&& body, engine::LLMEngine* e = nullptr) {
+    engine::LLMEngine& eng_run = e ? *e : eng;
     RunResult r;
-    uint64_t pre0 = eng.stats().num_preemptions;
+    uint64_t pre0 = eng_run.stats().num_preemptions;
     auto dev0 = plugin->device_stats(o.engine.device_index);
     auto t0 = std::chrono::steady_clock::now();
     body(r);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    r.preemptions = eng.stats().num_preemptions - pre0;
+    r.preemptions = eng_run.stats().num_preemptions - pre0;
     if (auto dev1 = plugin->device_stats(o.engine.device_index); dev0 && dev1) {
       r.device = *dev1;
       r.device->steps -= dev0->steps;
@@ -267,7 +322,9 @@ void run_throughput(const BenchOptions& o) {
   out["batched"] = report("continuous batching", batched, items.size());
   print_report(out["batched"]);
 
+  if (spec_mode) run_speculative(o, model, items, batched, next_id, timed, out);
   size_t nb = o.baseline_prompts < 0 ? items.size() : std::min<size_t>(o.baseline_prompts, items.size());
+  if (spec_mode) nb = 0;  // the baseline is plain decoding above
   if (nb > 0) {
     RunResult serial = timed([&](RunResult& r) {
       for (size_t i = 0; i < nb; ++i) run_batch(eng, items, i, i + 1, r, next_id);
@@ -305,6 +362,12 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--baseline-prompts", o->baseline_prompts,
                   "Requests to run one at a time for the baseline (-1: all, 0: skip)")->capture_default_str();
   cmd->add_option("--output-json", o->output_json, "Write the results as JSON to this file");
+  cmd->add_option("--spec-replay", o->spec_replay,
+                  "Speculative decoding against plain decoding, with proposals replayed from the plain run's "
+                  "output and this fraction of them corrupted (1 - about the acceptance rate)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--num-speculative-tokens", o->num_speculative_tokens, "Proposals per verify for --spec-replay")
+      ->check(CLI::Range(1, 16))->capture_default_str();
   add_engine_options(*cmd, o->engine);
   add_model_source_options(*cmd, o->source);
   cmd->callback([o] { run_throughput(*o); });

@@ -56,6 +56,7 @@ struct LatencyOptions {
   double roofline_budget = 1.0;
   int roofline_buffer_mib = 1024;
   std::string output_json;
+  int verify_tokens = 0;  // > 1: also time verify steps of this many query tokens per sequence
   engine::EngineConfig engine;
 };
 
@@ -451,18 +452,21 @@ class Stepper {
   // Runs one execute over `pieces`; `token_at(seq, pos)` gives the token ids.
   // Logits are asked for the last row of a piece that ends at `logits_from`
   // or later (the engine's rule: a sequence that has caught up samples).
-  // Returns the seconds of the execute call.
+  // A piece asks for the logits of its last `rows_per_piece` rows (a verify
+  // asks for every row). Returns the seconds of the execute call.
   template <class TokenAt>
   double run(const std::vector<Piece>& pieces, TokenAt&& token_at, int logits_from,
-             int* logits_rows) {
+             int* logits_rows, int rows_per_piece = 1) {
     in_.begin(pieces.size(), bps_);
     for (const Piece& p : pieces) {
       blocks_.resize(static_cast<size_t>(bps_));
       for (int b = 0; b < bps_; ++b) blocks_[static_cast<size_t>(b)] = block_of(p.seq, b);
       in_.add_sequence([&](int pos) { return token_at(p.seq, pos); }, p.start, p.count, blocks_,
                        bs_);
+      const auto last = static_cast<int32_t>(in_.token_ids.size()) - 1;
       if (p.start + p.count >= logits_from)
-        in_.request_logits(static_cast<int32_t>(in_.token_ids.size()) - 1);
+        for (int32_t row = last - std::min(rows_per_piece, p.count) + 1; row <= last; ++row)
+          in_.request_logits(row);
     }
     if (logits_rows) *logits_rows = static_cast<int>(in_.logits_indices.size());
     const auto t0 = clock_type::now();
@@ -622,7 +626,7 @@ KvLayout plan_kv_cache(const LatencyOptions& o, const std::vector<int>& batches,
   KvLayout kv;
   const int bs = lim.block_size;
   kv.block_size = bs;
-  kv.blocks_per_seq = (o.input_len + o.output_len + bs - 1) / bs;
+  kv.blocks_per_seq = (o.input_len + o.output_len + std::max(0, o.verify_tokens - 1) + bs - 1) / bs;
   int max_runnable = 0;
   for (int b : batches)
     if (b <= lim.max_num_seqs) max_runnable = std::max(max_runnable, b);
@@ -817,6 +821,45 @@ nlohmann::ordered_json bench_decode(const LatencyRun& r, int B, Stepper& stepper
   return dj;
 }
 
+// Speculative decoding's verify: output_len steps in which each of the B
+// sequences computes verify_tokens query tokens (its last token and the
+// proposals) with logits for each, at the decode steps' contexts. Its cost
+// against the decode step's is what each accepted proposal saves from.
+nlohmann::ordered_json bench_verify(const LatencyRun& r, int B, Stepper& stepper, TokenSource& tokens,
+                                    const nlohmann::ordered_json& decode) {
+  const LatencyOptions& o = r.o;
+  const int q = o.verify_tokens;
+  nlohmann::ordered_json vj;
+  if (B * q > r.lim.max_num_batched_tokens) {
+    vj["skipped"] = fmt::format("batch {} x {} > max_num_batched_tokens {}", B, q, r.lim.max_num_batched_tokens);
+    return vj;
+  }
+  std::vector<int32_t> step_tokens(static_cast<size_t>(B) * static_cast<size_t>(q));
+  auto verify_token = [&](int s, int pos) { return step_tokens[static_cast<size_t>(s * q + pos % q)]; };
+  auto pieces_at = [&](int pos) {
+    std::vector<Piece> p;
+    for (int s = 0; s < B; ++s) p.push_back({s, pos, q});
+    return p;
+  };
+  spdlog::info("batch {}: {} verify steps of {} tokens", B, o.output_len, q);
+  for (int w = 0; w < o.warmup; ++w) {
+    for (auto& t : step_tokens) t = tokens.next();
+    stepper.run(pieces_at(o.input_len), verify_token, 0, nullptr, q);
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < o.output_len; ++i) {
+    for (auto& t : step_tokens) t = tokens.next();
+    ms.push_back(1e3 * stepper.run(pieces_at(o.input_len + i), verify_token, 0, nullptr, q));
+  }
+  const double p50 = percentile(ms, 50);
+  vj["query_tokens"] = q;
+  vj["step_ms"] = ms;
+  vj["step_ms_p50"] = p50;
+  vj["step_ms_p90"] = percentile(ms, 90);
+  vj["cost_vs_decode"] = p50 / decode["step_ms_p50"].get<double>();
+  return vj;
+}
+
 // One row of the table and of the JSON "batches": batch size B's prefill and
 // decode. Notes (skips, unfilled KV) go to `notes`.
 nlohmann::ordered_json bench_batch(const LatencyRun& r, int B, Stepper& stepper,
@@ -840,9 +883,25 @@ nlohmann::ordered_json bench_batch(const LatencyRun& r, int B, Stepper& stepper,
     notes.push_back(
         fmt::format("batch {}: prefill skipped: {}", B, pj["skipped"].get<std::string>()));
   dj = bench_decode(r, B, stepper, tokens, prefilled, notes);
+  if (r.o.verify_tokens > 1 && !dj.contains("skipped")) dj["verify"] = bench_verify(r, B, stepper, tokens, dj);
   row["prefill"] = pj;
   row["decode"] = dj;
   return row;
+}
+
+void print_verify(const nlohmann::ordered_json& rows, int q) {
+  fmt::print("\nverify steps of {} query tokens per sequence (speculative decoding):\n", q);
+  for (const auto& row : rows) {
+    if (!row["decode"].contains("verify")) continue;
+    const auto& v = row["decode"]["verify"];
+    if (v.contains("skipped")) {
+      fmt::print("  batch {:>4}: skipped: {}\n", row["batch_size"].get<int>(), v["skipped"].get<std::string>());
+      continue;
+    }
+    fmt::print("  batch {:>4}: verify {:.3f} ms (p90 {:.3f}) = {:.2f}x the decode step\n",
+               row["batch_size"].get<int>(), v["step_ms_p50"].get<double>(), v["step_ms_p90"].get<double>(),
+               v["cost_vs_decode"].get<double>());
+  }
 }
 
 void print_table(const nlohmann::ordered_json& rows) {
@@ -964,7 +1023,7 @@ void run_latency(const LatencyOptions& o) {
   const auto& e = o.engine;
   halo_limits fallback{};
   fallback.max_num_seqs = max_batch;
-  fallback.max_model_len = o.input_len + o.output_len;
+  fallback.max_model_len = o.input_len + o.output_len + std::max(0, o.verify_tokens - 1);
   fallback.max_num_batched_tokens = std::max({2048, o.input_len, max_batch});
   halo_limits lim = engine::propose_limits(e, *plugin, fallback);
   const auto tp = clock_type::now();
@@ -974,7 +1033,7 @@ void run_latency(const LatencyOptions& o) {
   lim = exe->limits();
   engine::check_agreed_limits(e, lim, *plugin);
   const bool has_kv_dtype = plugin->api().abi_minor >= 2;
-  if (lim.max_model_len < o.input_len + o.output_len)
+  if (lim.max_model_len < o.input_len + o.output_len + std::max(0, o.verify_tokens - 1))
     throw Error(fmt::format(
         "plugin '{}' agreed max_model_len={}, less than --input-len={} + --output-len={}",
         plugin->name(), lim.max_model_len, o.input_len, o.output_len));
@@ -997,6 +1056,7 @@ void run_latency(const LatencyOptions& o) {
   for (int B : batches) rows.push_back(bench_batch(run, B, stepper, tokens, notes));
 
   print_table(rows);
+  if (o.verify_tokens > 1) print_verify(rows, o.verify_tokens);
   print_notes(run, std::move(notes));
   if (!o.output_json.empty()) write_json(run, rows);
 }
@@ -1039,6 +1099,10 @@ void add_bench_latency_command(CLI::App& bench) {
                   "Buffer the bandwidth probe streams (keep it well above the last-level cache)")
       ->capture_default_str();
   cmd->add_option("--output-json", o->output_json, "Write the results as JSON to this file");
+  cmd->add_option("--verify-tokens", o->verify_tokens,
+                  "Also time verify steps (speculative decoding) of this many query tokens per sequence, "
+                  "e.g. 5 for 4 proposals")
+      ->check(CLI::Range(0, 64));
   add_engine_options(*cmd, o->engine);
   cmd->callback([o] { run_latency(*o); });
 }

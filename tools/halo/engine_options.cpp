@@ -2,6 +2,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "engine/spec_decode/speculative_config.h"
 
 namespace halo::tools {
 namespace fs = std::filesystem;
@@ -64,6 +65,19 @@ void add_engine_options(CLI::App& cmd, engine::EngineConfig& c) {
       ->capture_default_str();
   cmd.add_option("--quantization-group-size", c.quantization_group_size,
                  "Inputs sharing one scale for --quantization int4 (a multiple of 16; 0: 32)");
+  cmd.add_option("--speculative-config", c.speculative_config,
+                 "Speculative decoding as vLLM's JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                 "\"prompt_lookup_max\": 4}' (docs/speculative.md)")
+      ->check([](const std::string& v) {
+        try {
+          if (!v.empty()) engine::spec::parse_speculative_config(v);
+          return std::string();
+        } catch (const std::exception& e) {
+          std::string m = e.what();  // CLI11 names the flag itself
+          const std::string flag = "--speculative-config: ";
+          return m.rfind(flag, 0) == 0 ? m.substr(flag.size()) : m;
+        }
+      });
 }
 
 }  // namespace halo::tools

@@ -141,6 +141,7 @@ SettingLayer cli_layer(const CLI::App& cmd, const ServeOptions& o) {
       {"kv-cache-dtype", e.kv_cache_dtype},
       {"quantization", e.quantization},
       {"quantization-group-size", std::to_string(e.quantization_group_size)},
+      {"speculative-config", e.speculative_config},
       {"tokenizer", o.source.tokenizer},
       {"revision", o.source.hub.revision},
       {"download-dir", o.source.hub.cache_dir.string()},
