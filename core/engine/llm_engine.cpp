@@ -27,10 +27,11 @@ std::string human_bytes(double b) {
 
 // KV arithmetic: how many blocks the budget buys, logged so users can check
 // it; an Error when one sequence of max_model_len does not fit.
+// `draft_per_block`: a draft model's KV bytes per block, held beside the target's.
 int64_t kv_block_count(const EngineConfig& config, const halo_limits& limits, const halo_model_spec& spec,
-                       const device::Plugin& plugin) {
+                       const device::Plugin& plugin, uint64_t draft_per_block) {
   const int bs = limits.block_size;
-  const uint64_t per_block = limits.kv_bytes_per_block;
+  const uint64_t per_block = limits.kv_bytes_per_block + draft_per_block;
   const uint64_t per_token = per_block / bs;
   int64_t num_blocks = 0;
   std::string source;
@@ -107,7 +108,12 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   }
 
   const int bs = limits_.block_size;
-  const int64_t num_blocks = kv_block_count(config_, limits_, spec, *plugin_);
+  std::optional<spec::SpeculativeConfig> speculative;
+  if (!config_.speculative_config.empty()) speculative = spec::parse_speculative_config(config_.speculative_config);
+  auto draft = speculative && speculative->method == spec::SpeculativeConfig::Method::kDraftModel
+                   ? load_draft(speculative->model, options)
+                   : nullptr;
+  const int64_t num_blocks = kv_block_count(config_, limits_, spec, *plugin_, draft ? draft->kv_bytes_per_block() : 0);
   kv_cache_ = std::make_unique<device::KvCache>(executable_, static_cast<int>(num_blocks), bs);
   blocks_ = std::make_unique<KvBlockManager>(
       static_cast<int>(num_blocks), bs, config_.enable_prefix_caching,
@@ -131,7 +137,7 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   sc.eos_token_ids = eos_ids_;
   scheduler_ = std::make_unique<Scheduler>(sc, *blocks_);
   runner_ = std::make_unique<ModelRunner>(*kv_cache_, spec.vocab_size);
-  if (!config_.speculative_config.empty()) start_speculation(spec::parse_speculative_config(config_.speculative_config));
+  if (speculative) start_speculation(std::move(*speculative), std::move(draft));
   spdlog::info(
       "engine ready on {} ({}): max_num_seqs={} max_model_len={} max_num_batched_tokens={} "
       "chunked_prefill={} prefix_caching={}",
@@ -141,7 +147,20 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
 
 LLMEngine::~LLMEngine() = default;
 
-void LLMEngine::start_speculation(spec::SpeculativeConfig sc) {
+std::unique_ptr<spec::DraftModelProposer> LLMEngine::load_draft(const std::string& dir,
+                                                                const device::Options& options) {
+  std::shared_ptr<const model::LoadedModel> draft;
+  try {
+    draft = std::make_shared<const model::LoadedModel>(model::LoadedModel::load(dir, load_options(config_)));
+  } catch (const Error& e) {
+    throw Error(fmt::format("speculative_config model '{}': {}", dir, e.what()));
+  }
+  spdlog::info("speculative decoding: draft model {}", dir);
+  return std::make_unique<spec::DraftModelProposer>(device_, std::move(draft), model_->config().spec.vocab_size,
+                                                    limits_, options);
+}
+
+void LLMEngine::start_speculation(spec::SpeculativeConfig sc, std::unique_ptr<spec::DraftModelProposer> draft) {
   // A verify is several query tokens of one decoding sequence in a step:
   // devices with static decode graphs need a verify graph for it.
   if (!scheduler_->config().mixed_batch)
@@ -149,12 +168,13 @@ void LLMEngine::start_speculation(spec::SpeculativeConfig sc) {
                             "graph for {} proposed tokens; use a device that mixes prefill and decode "
                             "(cpu, cuda)",
                             plugin_->name(), sc.num_speculative_tokens));
-  if (sc.method == spec::SpeculativeConfig::Method::kDraftModel)
-    throw Error(fmt::format("speculative decoding with a draft model ({}) is not available yet; use "
-                            "{{\"method\": \"ngram\"}}",
-                            sc.model));
   for (const auto& key : sc.ignored) spdlog::info("speculative_config: '{}' has no effect in halo", key);
-  proposer_ = spec::make_ngram_proposer(sc.prompt_lookup_min, sc.prompt_lookup_max);
+  if (draft) {
+    draft->attach(*blocks_);
+    proposer_ = std::move(draft);
+  } else {
+    proposer_ = spec::make_ngram_proposer(sc.prompt_lookup_min, sc.prompt_lookup_max);
+  }
   // Past a few sequences a step is no longer bound by reading the weights,
   // so verifying proposals costs what they save (docs/speculative.md).
   spec_disable_batch_ = sc.disable_by_batch_size > 0 ? sc.disable_by_batch_size : kDefaultSpecDisableBatch;
@@ -284,6 +304,7 @@ std::vector<RequestOutput> LLMEngine::step() {
   if (sched.empty()) return outputs;
   const auto start = std::chrono::steady_clock::now();
   runner_->execute(sched);
+  if (proposer_) proposer_->after_step(sched);
   stats_.step_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats_.steps++;
@@ -298,6 +319,7 @@ std::vector<RequestOutput> LLMEngine::step() {
   }
   const auto copies = scheduler_->update_from_step(sched, results);
   kv_cache_->copy_blocks(copies.src, copies.dst);
+  if (proposer_) proposer_->copy_blocks(copies.src, copies.dst);
   for (size_t i = 0; i < sched.scheduled.size(); ++i) {
     if (!results[i].sampled()) continue;
     const Sequence& seq = *sched.scheduled[i].seq;
@@ -386,7 +408,9 @@ void LLMEngine::verify(const ScheduledSequence& s, int first_row, StepResult& re
     return sampler_.distribution(work_, p, seq.prompt_ids, history_);
   };
   accepted_.clear();
-  const int n = spec::verify_proposals(drafts, {}, dist_of, seq.rng, accepted_, accept_rule_);
+  auto q = proposer_->proposal_dists(seq);
+  if (q.size() > drafts.size()) q = q.first(drafts.size());
+  const int n = spec::verify_proposals(drafts, q, dist_of, seq.rng, accepted_, accept_rule_);
   for (size_t j = 0; j < accepted_.size(); ++j) {
     std::span<const float> row(runner_->logits_at(first_row + static_cast<int>(j)), vocab);
     result.tokens.push_back(token_logprob(row, accepted_[j], std::max(0, p.logprobs)));

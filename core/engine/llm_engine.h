@@ -17,6 +17,7 @@
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/spec_decode/draft_proposer.h"
 #include "engine/spec_decode/proposer.h"
 #include "engine/spec_decode/rejection_sampler.h"
 #include "engine/spec_decode/speculative_config.h"
@@ -120,7 +121,8 @@ class LLMEngine {
   void read_prompt_logprobs(const Sequence& seq, size_t i, StepResult& result);
   void verify(const ScheduledSequence& s, int first_row, StepResult& result);
   void propose();
-  void start_speculation(spec::SpeculativeConfig sc);
+  void start_speculation(spec::SpeculativeConfig sc, std::unique_ptr<spec::DraftModelProposer> draft);
+  std::unique_ptr<spec::DraftModelProposer> load_draft(const std::string& dir, const device::Options& options);
   bool guide_allows(const SamplingParams& p, GuideCursor c, size_t index, int32_t token) const;
   RequestOutput beam_output(BeamGroup& g);
   void mask_row(const SamplingParams& p, size_t output_len, GuideCursor c, std::span<float> logits) const;

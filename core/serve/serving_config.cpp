@@ -149,6 +149,16 @@ bool apply_chat_output_setting(ModelSettings& m, const std::string& key, const s
   return true;
 }
 
+// --speculative-config checked and in canonical form; empty: off.
+std::string speculative_config_json(const Setting& s, const std::string& v) {
+  try {
+    return v.empty() ? "" : engine::spec::parse_speculative_config(v).to_json();
+  } catch (const Error& err) {
+    bad(s, err.what());
+  }
+  return "";
+}
+
 }  // namespace
 
 void apply_setting(ModelSettings& m, const Setting& s) {
@@ -235,11 +245,7 @@ void apply_setting(ModelSettings& m, const Setting& s) {
   } else if (key == "quantization-group-size") {
     e.quantization_group_size = static_cast<int>(to_int(s, 0, 1 << 20));
   } else if (key == "speculative-config") {
-    try {
-      e.speculative_config = v.empty() ? "" : engine::spec::parse_speculative_config(v).to_json();
-    } catch (const Error& err) {
-      bad(s, err.what());
-    }
+    e.speculative_config = speculative_config_json(s, v);
   } else if (key == "rolling-batch") {
     std::string r = lower(v);
     if (r == "disable")

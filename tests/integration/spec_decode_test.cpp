@@ -41,6 +41,14 @@ EngineConfig config(const std::string& spec = "", int kv_tokens = 1 << 15) {
   return c;
 }
 
+std::string model_dir(const char* name) { return (fs::path(HALO_SOURCE_DIR) / "models" / name).string(); }
+
+// A draft model as proposer: the shipped distilled draft, or the target itself.
+std::string draft(const char* name, int k) {
+  return R"({"model": ")" + model_dir(name) + R"(", "num_speculative_tokens": )" + std::to_string(k) +
+         R"(, "disable_by_batch_size": 1000})";
+}
+
 std::string ngram(int k) {
   return R"({"method": "ngram", "num_speculative_tokens": )" + std::to_string(k) +
          R"(, "prompt_lookup_max": 4, "prompt_lookup_min": 2, "disable_by_batch_size": 1000})";
@@ -105,6 +113,7 @@ struct Mode {
   int max_batched_tokens = 0;
   int kv_tokens = 1 << 15;
   bool one_at_a_time = false;
+  const char* draft = nullptr;  // a draft model's directory under models/, else prompt lookup
 };
 
 void PrintTo(const Mode& m, std::ostream* os) { *os << m.name; }
@@ -113,7 +122,7 @@ class SpecGreedy : public ::testing::TestWithParam<Mode> {};
 
 TEST_P(SpecGreedy, OutputEqualsPlainDecoding) {
   const Mode m = GetParam();
-  EngineConfig c = config(ngram(m.k), m.kv_tokens);
+  EngineConfig c = config(m.draft ? draft(m.draft, m.k) : ngram(m.k), m.kv_tokens);
   c.enable_chunked_prefill = m.chunked;
   c.enable_prefix_caching = m.prefix_caching;
   c.max_num_batched_tokens = m.max_batched_tokens;
@@ -130,7 +139,12 @@ TEST_P(SpecGreedy, OutputEqualsPlainDecoding) {
   const auto st = eng.stats();
   EXPECT_GT(st.spec_num_accepted_tokens, 0u)
       << "nothing was accepted: the test would pass vacuously";
-  EXPECT_LT(st.spec_num_accepted_tokens, st.spec_num_draft_tokens) << "nothing was rejected";
+  const bool self_draft = m.draft && std::string(m.draft) == "pkgchat-5m";
+  if (self_draft) {  // the target as its own draft proposes its argmax: every proposal is accepted
+    EXPECT_EQ(st.spec_num_accepted_tokens, st.spec_num_draft_tokens);
+  } else {
+    EXPECT_LT(st.spec_num_accepted_tokens, st.spec_num_draft_tokens) << "nothing was rejected";
+  }
   if (m.kv_tokens < 4096) {
     EXPECT_GT(st.num_preemptions, 0u);
   }
@@ -150,7 +164,13 @@ INSTANTIATE_TEST_SUITE_P(Modes, SpecGreedy,
                                            Mode{"alone", 3, true, false, 0, 1 << 15, true},
                                            Mode{"chunked64", 4, true, false, 64},
                                            Mode{"prefix_cache", 4, true, true},
-                                           Mode{"preemption", 4, true, false, 0, 1024}),
+                                           Mode{"preemption", 4, true, false, 0, 1024},
+                      Mode{"draft_self", 4, true, false, 0, 1 << 15, false, "pkgchat-5m"},
+                      Mode{"draft", 4, true, false, 0, 1 << 15, false, "pkgchat-5m-draft"},
+                      Mode{"draft_alone", 3, true, false, 0, 1 << 15, true, "pkgchat-5m-draft"},
+                      Mode{"draft_chunked64", 4, true, false, 64, 1 << 15, false, "pkgchat-5m-draft"},
+                      Mode{"draft_prefix_cache", 4, true, true, 0, 1 << 15, false, "pkgchat-5m-draft"},
+                      Mode{"draft_self_preemption", 4, true, false, 0, 1024, false, "pkgchat-5m"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The target's own greedy continuation as proposals: everything is accepted
@@ -255,6 +275,15 @@ TEST(SpecConfigInEngine, BeamSearchAndBadConfigsAreRefused) {
   EXPECT_THROW(LLMEngine(config(R"({"method": "ngram"})"), demo_model()), Error);
 }
 
+TEST(SpecConfigInEngine, ADraftWithAnotherVocabularyOrMissingIsRefused) {
+  try {
+    LLMEngine(config(draft("does-not-exist", 3)), demo_model());
+    FAIL() << "a missing draft was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does-not-exist"), std::string::npos) << e.what();
+  }
+}
+
 // ------------------------------------------------------------ sampling
 
 // Draws the first `len` tokens of `n` seeded requests at temperature 0.6
@@ -335,6 +364,15 @@ TEST(SpecSampling, TokensFromVerifiesKeepTheTargetsDistribution) {
       << "too few rejected to test both paths";
   for (size_t pos = 1; pos < static_cast<size_t>(len); ++pos)
     EXPECT_LT(two_sample_excess(plain, spec, pos), 0) << "token " << pos;
+  // A draft model's proposals, drawn from its own distribution q (the general
+  // rejection rule with a residual), keep the target's distribution too.
+  LLMEngine draft_eng(config(draft("pkgchat-5m-draft", 3)), demo_model());
+  const auto drafted = sample_many(draft_eng, prompt, n, len, 70000);
+  const auto dst = draft_eng.stats();
+  EXPECT_GT(dst.spec_num_accepted_tokens, dst.spec_num_draft_tokens / 8);
+  EXPECT_LT(dst.spec_num_accepted_tokens, dst.spec_num_draft_tokens * 7 / 8);
+  for (size_t pos = 1; pos < static_cast<size_t>(len); ++pos)
+    EXPECT_LT(two_sample_excess(plain, drafted, pos), 0) << "draft model, token " << pos;
   // The control: accepting every proposal is not lossless, and the test sees it.
   LLMEngine wrong_eng(spec_cfg, demo_model());
   wrong_eng.set_accept_rule_for_test(spec::AcceptRule::kAlwaysAccept);

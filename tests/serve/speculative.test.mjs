@@ -128,3 +128,11 @@ test('halo bench throughput --spec-replay: every proposal accepted at 0, none at
     t.cleanup();
   }
 });
+
+test('the shipped draft model as proposer: halo generate gives plain greedy decoding\'s text', async () => {
+  const cfg = JSON.stringify({ model: path.join(PKGCHAT, '..', 'pkgchat-5m-draft'), num_speculative_tokens: 3 });
+  const r = await halo(['generate', PKGCHAT, '--prompt', PROMPT, '--max-tokens', String(N), '--temperature', '0',
+    '--ignore-eos', '--output', 'json', '--speculative-config', cfg]);
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(JSON.parse(r.stdout.trim().split('\n')[0]).text, plainText);
+});

@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
 #include "engine/sequence.h"
 
 namespace halo::engine::spec {
@@ -23,6 +25,13 @@ class Proposer {
  public:
   virtual ~Proposer() = default;
   virtual void propose(std::span<const ProposeRequest> batch) = 0;
+  // The distribution each of this step's proposals for `seq` was drawn from;
+  // empty when they were certain (q one-hot).
+  virtual std::span<const TokenDist> proposal_dists(const Sequence&) const { return {}; }
+  // After each target step (a draft model computes the same tokens) and each
+  // block copy the engine issues.
+  virtual void after_step(const SchedulerOutput&) {}
+  virtual void copy_blocks(const std::vector<int32_t>&, const std::vector<int32_t>&) {}
 };
 
 // Prompt lookup over the prompt and the output so far (vLLM's "ngram").
