@@ -146,7 +146,7 @@ class LLMEngine {
   std::optional<spec::SpeculativeConfig> spec_;
   std::unique_ptr<spec::Proposer> proposer_;
   spec::AcceptRule accept_rule_ = spec::AcceptRule::kLossless;
-  static constexpr int kDefaultSpecDisableBatch = 8;
+  static constexpr int kDefaultSpecDisableBatch = 4;  // docs/speculative.md: verify cost by batch
   int spec_disable_batch_ = 0;       // no proposals with this many sequences running
   std::vector<spec::ProposeRequest> propose_batch_;  // scratch
   std::vector<int32_t> history_, accepted_;    // scratch: verify

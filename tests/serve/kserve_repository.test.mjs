@@ -53,7 +53,7 @@ describe('model repository', () => {
     assert.match(byName.xl.reason,
       /model 'xl' does not fit on cpu:0: weights [\d.]+ \w+ \+ KV cache 1\.0 PiB \(kv-cache-memory from .*xl\/1\/model\.json:3 key 'kv_cache_memory'\) = 1\.0 PiB needed, but only [\d.]+ \wiB of the device's [\d.]+ \wiB free is left \(models loaded before it: pkgchat, tiny claim [\d.]+ MiB\)/);
     assert.equal(byName.broken.state, 'UNAVAILABLE');
-    assert.match(byName.broken.reason, /broken\/1\/model\.json:4 key 'speculative_model': speculative_model=.*not supported: halo does not decode speculatively/);
+    assert.match(byName.broken.reason, /broken\/1\/model\.json:4 key 'speculative_model': speculative_model=.*not supported: use speculative_config/);
     assert.match(server.stderr, /model 'xl' refused: model 'xl' does not fit/);
 
     const models = JSON.parse((await curl([`${url}/v1/models`])).body);
