@@ -98,8 +98,10 @@ std::vector<float> halo_last_logits(std::shared_ptr<const model::LoadedModel> mo
   return std::vector<float>(row, row + model->config().spec.vocab_size);
 }
 
-std::vector<int32_t> halo_greedy(std::shared_ptr<const model::LoadedModel> model, int threads) {
+std::vector<int32_t> halo_greedy(std::shared_ptr<const model::LoadedModel> model, int threads,
+                                 const std::string& speculative_config = "", engine::EngineStats* stats = nullptr) {
   engine::EngineConfig cfg;
+  cfg.speculative_config = speculative_config;
   cfg.device = kPluginPath;
   cfg.max_model_len = 128;
   cfg.max_num_seqs = 4;
@@ -115,6 +117,7 @@ std::vector<int32_t> halo_greedy(std::shared_ptr<const model::LoadedModel> model
   while (eng.has_unfinished())
     for (auto& o : eng.step())
       out.insert(out.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+  if (stats) *stats = eng.stats();
   return out;
 }
 
@@ -197,6 +200,21 @@ TEST_P(ModelReference, LogitsAndGreedyIdsMatchNumpy) {
     }
   }
   unsetenv("HALO_CPU_KERNELS");
+}
+
+// Speculative decoding keeps every family's greedy output: prompt lookup, and
+// the model as its own draft (which proposes its own argmax: all accepted).
+TEST_P(ModelReference, SpeculativeGreedyEqualsPlainGreedy) {
+  fs::path dir = model_dir();
+  auto model = std::make_shared<const model::LoadedModel>(model::LoadedModel::load(dir));
+  const auto plain = halo_greedy(model, 2);
+  engine::EngineStats st;
+  EXPECT_EQ(halo_greedy(model, 2, R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2})"),
+            plain);
+  const std::string self = R"({"model": ")" + dir.string() + R"(", "num_speculative_tokens": 3})";
+  EXPECT_EQ(halo_greedy(model, 2, self, &st), plain);
+  EXPECT_GT(st.spec_num_draft_tokens, 0u);
+  EXPECT_EQ(st.spec_num_accepted_tokens, st.spec_num_draft_tokens);
 }
 
 INSTANTIATE_TEST_SUITE_P(
