@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/async_engine.h"
+#include "demo_engine.h"
 
 namespace fs = std::filesystem;
 using namespace halo;
@@ -19,13 +20,8 @@ using namespace halo::engine;
 
 namespace {
 
-const std::string kPluginPath = std::string(HALO_PLUGIN_DIR) + "/libhalo_plugin_cpu.so";
-
-std::shared_ptr<const model::LoadedModel> demo_model() {
-  static auto m = std::make_shared<const model::LoadedModel>(
-      model::LoadedModel::load(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m"));
-  return m;
-}
+const std::string kPluginPath = test_support::kCpuPlugin;
+using test_support::demo_model;
 
 EngineConfig config(int kv_tokens = 1 << 15) {
   EngineConfig c;
