@@ -314,6 +314,7 @@ describe('two models on one server', () => {
     const { page } = view;
     await page.waitForFunction(() => document.getElementById('live-status').textContent === 'live');
     assert.equal(await page.textContent('#live-running'), '0');
+    assert.ok(await page.locator('#live-spec-stat').isHidden(), 'no speculation stat without speculative decoding');
     // Eight streams kept in flight from node, four per model.
     let loading = true;
     let sent = 0;
@@ -474,6 +475,35 @@ describe('a server with --api-key', () => {
       null, { timeout: scaled(10000) });
     assert.ok(await page.evaluate(() => document.getElementById('live').classList.contains('down')));
     assertNoErrors(view);
+  });
+});
+
+describe('a server with speculative decoding', () => {
+  test('the live panel shows the acceptance rate and mean accepted length /metrics gives', async () => {
+    const spec = JSON.stringify({ method: 'ngram', num_speculative_tokens: 4, prompt_lookup_max: 3, prompt_lookup_min: 1 });
+    const server = await startServer(['--model', `a=${PKGCHAT}`, '--speculative-config', spec, ...UI_ARGS]);
+    try {
+      const view = await openPage(server);
+      const { page } = view;
+      await page.waitForFunction(() => document.getElementById('live-status').textContent === 'live');
+      await page.waitForFunction(() => !document.getElementById('live-spec-stat').hidden);
+      const r = await postJson(`${server.url}/v1/completions`,
+        { model: 'a', prompt: 'apt install apt install apt install', max_tokens: 64, temperature: 0, ignore_eos: true });
+      assert.equal(r.status, 200, r.text);
+      const m = await metrics(server);
+      const drafts = metric(m, 'vllm:spec_decode_num_drafts_total');
+      const proposed = metric(m, 'vllm:spec_decode_num_draft_tokens_total');
+      const accepted = metric(m, 'vllm:spec_decode_num_accepted_tokens_total');
+      assert.ok(drafts > 0 && accepted > 0, `drafts ${drafts}, accepted ${accepted}`);
+      const want = `${((100 * accepted) / proposed).toFixed(0)}% · ${(1 + accepted / drafts).toFixed(2)}`;
+      await waitUntil('the speculation stat', async () => (await page.textContent('#live-spec')) === want,
+        scaled(10000), () => `(want ${want})`);
+      await screenshot(page, 'live-speculation.png');
+      assertNoErrors(view);
+    } finally {
+      const { code } = await server.stop();
+      assert.equal(code, 0, `halo serve exited ${code}:\n${server.stderr}`);
+    }
   });
 });
 
