@@ -61,9 +61,15 @@ std::span<const TokenDist> DraftModelProposer::proposal_dists(const Sequence& se
 }
 
 // Slots for the draft's scratch KV at positions num_tokens - 1 .. num_tokens
-// + k - 2, from free blocks only; fewer proposals when none are left.
-int DraftModelProposer::reserve_slots(Sequence& seq, int max_k) {
-  if (blocks_->allocate_slots(seq, seq.num_tokens() + max_k - 1)) return max_k;
+// + k - 2. A free block is taken only while at least `keep_free` others stay
+// free (the scheduler's real tokens come first); otherwise fewer proposals,
+// in the slots the sequence holds.
+int DraftModelProposer::reserve_slots(Sequence& seq, int max_k, int keep_free) {
+  const int need = blocks_->blocks_needed(seq.num_tokens() + max_k - 1) -
+                   static_cast<int>(seq.block_table.size());
+  if (blocks_->num_free_blocks() - std::max(0, need) >= keep_free &&
+      blocks_->allocate_slots(seq, seq.num_tokens() + max_k - 1))
+    return max_k;
   const int held = static_cast<int>(seq.block_table.size()) * blocks_->block_size();
   return std::min(max_k, held - seq.num_tokens() + 1);
 }
@@ -73,7 +79,7 @@ void DraftModelProposer::propose(std::span<const ProposeRequest> batch) {
   std::vector<Active> active;
   int rounds = 0;
   for (const auto& r : batch) {
-    const int k = reserve_slots(*r.seq, r.max_k);
+    const int k = reserve_slots(*r.seq, r.max_k, static_cast<int>(batch.size()));
     if (k <= 0) continue;
     active.push_back({r.seq, k});
     rounds = std::max(rounds, k);

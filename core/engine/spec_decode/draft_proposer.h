@@ -5,7 +5,8 @@
 // preemption and trimming need nothing more). It mirrors every target step
 // (after_step), so its KV always holds what the target's holds; to propose
 // it runs up to k one-token steps from each sequence's last token, writing
-// scratch KV past the end that the next mirror overwrites. Greedy requests
+// scratch KV past the end that the next mirror overwrites (in free blocks
+// only while one per proposing sequence stays free for the scheduler). Greedy requests
 // get the draft's argmax; sampled ones a draw from its distribution (same
 // temperature, top-k, top-p and min-p; no penalties) with the request's
 // generator, which rejection sampling then corrects. Engine thread only.
@@ -45,7 +46,7 @@ class DraftModelProposer : public Proposer {
     Sequence* seq;
     int k;
   };
-  int reserve_slots(Sequence& seq, int max_k);
+  int reserve_slots(Sequence& seq, int max_k, int keep_free);
   void draft_step(std::vector<Active>& active, int t);
 
   std::shared_ptr<const model::LoadedModel> model_;
