@@ -83,10 +83,12 @@ run_asan() {
   exclude="^($onednn"
   # --quick: also the slowest tests under ASan (numeric model references,
   # full-size conformance goldens, quantization accuracy, long attention
-  # sweeps, timing and stress runs whose memory paths shorter tests cover);
+  # sweeps, timing and stress runs whose memory paths shorter tests cover;
+  # speculative sampling's chi-square, 8,000 requests, whose paths the
+  # other Spec tests and RejectionSampler run);
   # they run in the full mode and, unsanitized, in the README's suite.
   ((quick)) && exclude+='|Reference\.|reference_forward|conformance_cpu_bf16$|text_compare_tokenizers_with_hf$|text_compare_gguf_with_llama_cpp$|tools_make_gguf$'
-  ((quick)) && exclude+='|Models/QuantAccuracy\.|Perf\.|Attention\.(BatchInvariance|LongContext)$|EngineStress\.'
+  ((quick)) && exclude+='|Models/QuantAccuracy\.|Perf\.|Attention\.(BatchInvariance|LongContext)$|EngineStress\.|SpecSampling\.'
   # --quick: the server load tests (TSan runs load and hostile; the gRPC one
   # compares throughput) and the browser tests (Chromium is not instrumented;
   # the page's files are checked by web_ui_test, its requests by the serve tests).

@@ -96,7 +96,7 @@ std::vector<std::vector<int32_t>> run_together(LLMEngine& eng,
 const std::vector<std::vector<int32_t>>& plain_outputs() {
   static const auto out = [] {
     LLMEngine eng(config(), demo_model());
-    return run_together(eng, quoting_prompts(48, 11), greedy(40));
+    return run_together(eng, quoting_prompts(32, 11), greedy(40));
   }();
   return out;
 }
@@ -123,7 +123,7 @@ TEST_P(SpecGreedy, OutputEqualsPlainDecoding) {
   c.enable_prefix_caching = m.prefix_caching;
   c.max_num_batched_tokens = m.max_batched_tokens;
   LLMEngine eng(c, demo_model());
-  const auto prompts = quoting_prompts(48, 11);
+  const auto prompts = quoting_prompts(32, 11);
   std::vector<std::vector<int32_t>> got;
   if (m.one_at_a_time) {
     for (const auto& p : prompts) got.push_back(run_together(eng, {p}, greedy(40))[0]);
@@ -173,7 +173,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, SpecGreedy,
 // (each verify ends with the bonus token); corrupted at random, proposals are
 // rejected mid-way. The output never changes.
 TEST(SpecReplay, AcceptAllAndRejectMidwayGiveTheSameOutput) {
-  const auto prompts = quoting_prompts(48, 11);
+  const auto prompts = quoting_prompts(32, 11);
   for (double corrupt : {0.0, 0.5}) {
     LLMEngine eng(config(ngram(4)), demo_model());  // ngram's proposer replaced
     auto replay = std::make_unique<spec::ReplayProposer>(4096, corrupt, 5);
@@ -269,6 +269,30 @@ TEST(SpecConfigInEngine, BeamSearchAndBadConfigsAreRefused) {
       LLMEngine(config(R"({"method": "eagle", "num_speculative_tokens": 3})"), demo_model()),
       Error);
   EXPECT_THROW(LLMEngine(config(R"({"method": "ngram"})"), demo_model()), Error);
+}
+
+// A seeded request is reproducible with speculation: every draw (the draft's
+// proposals, the acceptance tests, the residual) comes from its generator in
+// a fixed order. Also runs the draft's sampled path in the quick sanitizer run.
+TEST(SpecSeeds, SeededSamplingWithADraftIsReproducible) {
+  const auto prompts = quoting_prompts(8, 3);
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_p = 0.95f;
+  p.max_tokens = 24;
+  p.ignore_eos = true;
+  p.seed = 42;
+  std::vector<std::vector<int32_t>> runs[2];
+  uint64_t accepted = 0, proposed = 0;
+  for (auto& run : runs) {
+    LLMEngine eng(config(draft("pkgchat-5m-draft", 3)), demo_model());
+    run = run_together(eng, prompts, p);
+    accepted = eng.stats().spec_num_accepted_tokens;
+    proposed = eng.stats().spec_num_draft_tokens;
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_GT(accepted, 0u);
+  EXPECT_LT(accepted, proposed);
 }
 
 TEST(SpecConfigInEngine, ADraftWithAnotherVocabularyOrMissingIsRefused) {
