@@ -22,6 +22,7 @@ namespace {
 
 const std::string kPluginPath = test_support::kCpuPlugin;
 using test_support::demo_model;
+using test_support::greedy;
 
 EngineConfig config(int kv_tokens = 1 << 15) {
   EngineConfig c;
@@ -50,13 +51,6 @@ std::vector<std::vector<int32_t>> random_prompts(int n, uint64_t seed) {
   return out;
 }
 
-SamplingParams greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
 
 // Runs every prompt in one engine, all submitted at once.
 std::vector<std::vector<int32_t>> run_together(LLMEngine& eng, const std::vector<std::vector<int32_t>>& prompts,

@@ -24,6 +24,7 @@ namespace {
 
 const std::string kPluginPath = test_support::kCpuPlugin;
 using test_support::demo_model;
+using test_support::greedy;
 
 EngineConfig config(const std::string& spec = "", int kv_tokens = 1 << 15) {
   EngineConfig c;
@@ -69,13 +70,6 @@ std::vector<std::vector<int32_t>> quoting_prompts(int n, uint64_t seed) {
   return out;
 }
 
-SamplingParams greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
 
 std::vector<std::vector<int32_t>> run_together(LLMEngine& eng,
                                                const std::vector<std::vector<int32_t>>& prompts,
