@@ -154,8 +154,7 @@ std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& reque
 
 void AsyncEngine::check_beam_options(const RequestOptions& o) const {
   const auto& b = o.beam;
-  if (engine_->speculative_config())
-    throw Error("beam search cannot be combined with speculative decoding (speculative_config is set on this model)");
+  engine_->check_beam_allowed();
   if (o.n > b.width)
     throw Error(fmt::format("beam search returns at most its width: n={} exceeds the beam width {}",
                             o.n, b.width));

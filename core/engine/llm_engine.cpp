@@ -195,6 +195,11 @@ void LLMEngine::set_proposer(std::unique_ptr<spec::Proposer> proposer, int num_s
   proposer_ = std::move(proposer);
 }
 
+void LLMEngine::check_beam_allowed() const {
+  if (spec_)
+    throw Error("beam search cannot be combined with speculative decoding (speculative_config is set on this model)");
+}
+
 void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids,
                                  const SamplingParams& params) const {
   params.validate();
@@ -250,8 +255,7 @@ void LLMEngine::add_request_group(const std::vector<std::string>& request_ids,
 void LLMEngine::add_beam_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
                                  SamplingParams params, const BeamParams& beam, int priority) {
   validate_request(prompt_ids, params);
-  if (spec_)
-    throw Error("beam search cannot be combined with speculative decoding (speculative_config is set on this model)");
+  check_beam_allowed();
   if (beam.width < 1 || beam.width > limits_.max_num_seqs)
     throw Error(fmt::format("beam width {} must be in [1, max_num_seqs={}]", beam.width,
                             limits_.max_num_seqs));

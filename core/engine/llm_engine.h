@@ -94,6 +94,8 @@ class LLMEngine {
   // Checks a request as add_request would, without queuing it. Safe to call
   // from any thread (reads only what construction fixed).
   void validate_request(const std::vector<int32_t>& prompt_ids, const SamplingParams& params) const;
+  // Throws when beam search is impossible on this engine (speculative decoding is on).
+  void check_beam_allowed() const;
 
   // One scheduling iteration and one device step. Returns an output for every
   // sequence that produced a token or finished.
