@@ -44,7 +44,8 @@ std::string capability_names(uint32_t caps) {
       {HALO_CAP_DTYPE_FP32, "fp32"},           {HALO_CAP_DTYPE_BF16, "bf16"},
       {HALO_CAP_DTYPE_FP16, "fp16"},           {HALO_CAP_CHUNKED_PREFILL, "chunked-prefill"},
       {HALO_CAP_MIXED_BATCH, "mixed-batch"},   {HALO_CAP_STATIC_SHAPES, "static-shapes"},
-      {HALO_CAP_BUFFERS, "buffers"},           {HALO_CAP_TENSOR_PARALLEL, "tensor-parallel"}};
+      {HALO_CAP_BUFFERS, "buffers"},           {HALO_CAP_TENSOR_PARALLEL, "tensor-parallel"},
+      {HALO_CAP_HIDDEN_STATES, "hidden-states"}};
   std::string out;
   for (auto [bit, name] : kNames) {
     if (caps & bit) out.append(out.empty() ? "" : ",").append(name);
@@ -323,6 +324,10 @@ Device::~Device() {
   if (handle_) plugin_->api().device_destroy(handle_);
 }
 
+bool Device::has_hidden_states() const {
+  return plugin_->api().abi_minor >= 5 && (info_.capabilities & HALO_CAP_HIDDEN_STATES) != 0;
+}
+
 std::optional<MeasuredPeak> Device::measure_peak(int32_t compute_dtype, double budget_seconds) const {
   const halo_plugin_api& api = plugin_->api();
   if (api.abi_minor < 3 || api.struct_size < HALO_STRUCT_SIZE(halo_plugin_api, device_measure_peak) ||
@@ -382,8 +387,13 @@ Executable::Executable(std::shared_ptr<Device> device, const halo_model_spec& sp
   args.num_options = opts.size();
   args.quantized_weights = quantized.data();
   args.num_quantized_weights = quantized.size();
+  const int32_t spec_proposed = limits.num_speculative_tokens;
   device_->plugin().check(device_->plugin().api().prepare(&args), "prepare");
   handle_ = args.executable;
+  // A plugin older than v1.5 never heard of verify steps: one that mixes
+  // prefill and decode runs any query count, a fixed-shape one none.
+  if (device_->plugin().api().abi_minor < 5)
+    limits.num_speculative_tokens = (limits.capabilities & HALO_CAP_MIXED_BATCH) ? spec_proposed : 0;
   limits_ = limits;
 }
 
@@ -407,16 +417,36 @@ KvCache::~KvCache() {
   if (handle_) executable_->device().plugin().api().kv_cache_destroy(handle_);
 }
 
-void KvCache::execute(const StepInputs& in, int64_t vocab, std::vector<float>& logits) {
-  const size_t need = in.logits_indices.size() * static_cast<size_t>(vocab);
-  if (logits.size() < need) logits.resize(need);
-  int64_t shape[2] = {static_cast<int64_t>(in.logits_indices.size()), vocab};
+namespace {
+// A host fp32 [rows, cols] output over `buf`, grown as needed; `shape` must
+// outlive the tensor.
+DLTensor host_rows(std::vector<float>& buf, int64_t (&shape)[2], int64_t rows, int64_t cols) {
+  const auto need = static_cast<size_t>(rows * cols);
+  if (buf.size() < need) buf.resize(need);
+  shape[0] = rows;
+  shape[1] = cols;
   DLTensor out{};
-  out.data = logits.data();
+  out.data = buf.data();
   out.device = {kDLCPU, 0};
   out.ndim = 2;
   out.dtype = {kDLFloat, 32, 1};
   out.shape = shape;
+  return out;
+}
+}  // namespace
+
+void KvCache::execute(const StepInputs& in, int64_t vocab, std::vector<float>& logits,
+                      HiddenStates* hidden) {
+  const auto rows = static_cast<int64_t>(in.logits_indices.size());
+  int64_t shape[2], hidden_shape[2];
+  DLTensor out = host_rows(logits, shape, rows, vocab);
+  DLTensor hidden_out{};
+  if (hidden) {
+    if (!executable_->device().has_hidden_states())
+      throw Error(fmt::format("plugin '{}' cannot return hidden states (no HALO_CAP_HIDDEN_STATES)",
+                              executable_->device().plugin().name()));
+    hidden_out = host_rows(hidden->rows, hidden_shape, rows, hidden->size);
+  }
   halo_execute_args args{};
   args.struct_size = sizeof(args);
   args.executable = executable_->handle();
@@ -433,6 +463,7 @@ void KvCache::execute(const StepInputs& in, int64_t vocab, std::vector<float>& l
   args.num_logits = static_cast<int32_t>(in.logits_indices.size());
   args.logits_indices = in.logits_indices.data();
   args.logits = &out;
+  args.hidden_states = hidden ? &hidden_out : nullptr;
   auto& plugin = executable_->device().plugin();
   plugin.check(plugin.api().execute(&args), "execute");
 }

@@ -135,6 +135,8 @@ class Device {
   Plugin& plugin() const { return *plugin_; }
   const std::shared_ptr<Plugin>& plugin_ptr() const { return plugin_; }
   const DeviceInfo& info() const { return info_; }
+  // ABI v1.5: execute can return the rows lm_head takes (HALO_CAP_HIDDEN_STATES).
+  bool has_hidden_states() const;
 
   // The matmul peak in `compute_dtype` (HALO_COMPUTE_DTYPE_*), taking about
   // `budget_seconds`; nullopt when the plugin has no device_measure_peak.
@@ -235,8 +237,15 @@ class KvCache {
   void copy_blocks(const std::vector<int32_t>& src, const std::vector<int32_t>& dst);
   // Runs one step on this cache's executable (num_seqs = query_start.size() - 1)
   // and writes one fp32 row of `vocab` logits per logits index into `logits`,
-  // grown as needed.
-  void execute(const StepInputs& in, int64_t vocab, std::vector<float>& logits);
+  // grown as needed. With `hidden` (ABI v1.5, a device with
+  // HALO_CAP_HIDDEN_STATES, else an Error), also the `hidden->size` wide rows
+  // lm_head took for the same indices, into hidden->rows.
+  struct HiddenStates {
+    int64_t size = 0;
+    std::vector<float> rows;
+  };
+  void execute(const StepInputs& in, int64_t vocab, std::vector<float>& logits,
+               HiddenStates* hidden = nullptr);
 
  private:
   std::shared_ptr<Executable> executable_;

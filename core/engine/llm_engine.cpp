@@ -94,7 +94,10 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
     throw Error(fmt::format("--max-model-len={} exceeds the model's max_position_embeddings={}",
                             config_.max_model_len, mc.max_position_embeddings));
   }
+  std::optional<spec::SpeculativeConfig> speculative;
+  if (!config_.speculative_config.empty()) speculative = spec::parse_speculative_config(config_.speculative_config);
   limits_ = propose_limits(config_, *plugin_);
+  limits_.num_speculative_tokens = speculative ? speculative->num_speculative_tokens : 0;
   std::vector<halo_named_tensor> weights(model_->weights().begin(), model_->weights().end());
   executable_ = std::make_shared<device::Executable>(device_, spec, weights, limits_, options,
                                                      model_->quantized_weights());
@@ -108,8 +111,7 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   }
 
   const int bs = limits_.block_size;
-  std::optional<spec::SpeculativeConfig> speculative;
-  if (!config_.speculative_config.empty()) speculative = spec::parse_speculative_config(config_.speculative_config);
+  if (speculative) check_verify_limit(speculative->num_speculative_tokens);
   auto draft = speculative && speculative->method == spec::SpeculativeConfig::Method::kDraftModel
                    ? load_draft(speculative->model, options)
                    : nullptr;
@@ -160,14 +162,29 @@ std::unique_ptr<spec::DraftModelProposer> LLMEngine::load_draft(const std::strin
                                                     limits_, options);
 }
 
+// A verify is 1 + k query tokens of one decoding sequence in a decode step;
+// the device said how many it runs (ABI v1.5 halo_limits.num_speculative_tokens:
+// a static-shape device only has the verify graphs it was compiled with).
+void LLMEngine::check_verify_limit(int num_speculative_tokens) const {
+  const int agreed = limits_.num_speculative_tokens;
+  if (agreed >= num_speculative_tokens) return;
+  const bool fixed = device_->info().capabilities & HALO_CAP_STATIC_SHAPES;
+  if (agreed == 0)
+    throw Error(fmt::format(
+        "speculative decoding: device '{}' has no verify step for this model{}",
+        plugin_->name(),
+        fixed ? fmt::format("; compile it with `halo compile --num-speculative-tokens {}`",
+                            num_speculative_tokens)
+              : std::string()));
+  throw Error(fmt::format(
+      "speculative_config num_speculative_tokens={} contradicts the device: plugin '{}' verifies "
+      "at most {} proposed tokens per sequence{}",
+      num_speculative_tokens, plugin_->name(), agreed,
+      fixed ? " (the model was compiled with --num-speculative-tokens " + std::to_string(agreed) + ")"
+            : std::string()));
+}
+
 void LLMEngine::start_speculation(spec::SpeculativeConfig sc, std::unique_ptr<spec::DraftModelProposer> draft) {
-  // A verify is several query tokens of one decoding sequence in a step:
-  // devices with static decode graphs need a verify graph for it.
-  if (!scheduler_->config().mixed_batch)
-    throw Error(fmt::format("speculative decoding: device '{}' runs fixed-shape steps and has no verify "
-                            "graph for {} proposed tokens; use a device that mixes prefill and decode "
-                            "(cpu, cuda)",
-                            plugin_->name(), sc.num_speculative_tokens));
   for (const auto& key : sc.ignored) spdlog::info("speculative_config: '{}' has no effect in halo", key);
   if (draft) {
     draft->attach(*blocks_);
@@ -184,6 +201,9 @@ void LLMEngine::start_speculation(spec::SpeculativeConfig sc, std::unique_ptr<sp
 }
 
 void LLMEngine::set_proposer(std::unique_ptr<spec::Proposer> proposer, int num_speculative_tokens) {
+  // A dynamic-shape device was prepared without a proposal (0) but runs any
+  // verify; a fixed-shape one only what it was compiled for.
+  if (device_->info().capabilities & HALO_CAP_STATIC_SHAPES) check_verify_limit(num_speculative_tokens);
   if (!spec_) {
     spec::SpeculativeConfig sc;
     sc.num_speculative_tokens = num_speculative_tokens;

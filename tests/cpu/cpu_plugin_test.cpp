@@ -946,7 +946,8 @@ TEST(Numerics, PositionsFeedRope) {
                       1,
                       9,
                       li.data(),
-                      &lt};
+                      &lt,
+                      nullptr};
   ASSERT_OK(api()->execute(&a));
   for (int t = 0; t < 9; ++t) {
     std::vector<float> row(out.begin() + t * cfg.vocab, out.begin() + (t + 1) * cfg.vocab);
@@ -1133,6 +1134,7 @@ TEST(Paging, PaddingSlotsAreNotWritten) {
                         1,
                         0,
                         li.data(),
+                        nullptr,
                         nullptr};
     ASSERT_OK(api()->execute(&x));
   }

@@ -38,6 +38,13 @@ DraftModelProposer::DraftModelProposer(std::shared_ptr<device::Device> device,
         limits_.block_size, limits_.max_model_len, limits_.max_num_seqs,
         limits_.max_num_batched_tokens, target.block_size, target.max_model_len,
         target.max_num_seqs, target.max_num_batched_tokens));
+  // The draft mirrors every target step, verifies included.
+  if (limits_.num_speculative_tokens < target.num_speculative_tokens)
+    throw Error(fmt::format(
+        "speculative_config model: the device verifies {} proposed tokens per sequence with the "
+        "draft, {} with the target; compile the draft with --num-speculative-tokens {}",
+        limits_.num_speculative_tokens, target.num_speculative_tokens,
+        target.num_speculative_tokens));
 }
 
 DraftModelProposer::~DraftModelProposer() = default;

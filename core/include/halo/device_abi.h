@@ -1,4 +1,4 @@
-/* halo device plugin ABI, version 1.4. Minor versions only append:
+/* halo device plugin ABI, version 1.5. Minor versions only append:
  *  1.1: compile, device_get_stats, halo_model_spec.compiled_model_dir / compiled_target;
  *  1.2: halo_limits.kv_cache_dtype;
  *  1.3: halo_limits.compute_dtype; status codes DEVICE_LOST, UNAVAILABLE,
@@ -9,7 +9,11 @@
  *       HALO_WEIGHT_* name macros;
  *  1.4: quantized weights (halo_quantized_tensor, halo_prepare_args and
  *       halo_compile_args .quantized_weights, halo_device_properties
- *       .quant_types).
+ *       .quant_types);
+ *  1.5: speculative decoding: halo_limits.num_speculative_tokens (how many
+ *       proposed tokens per sequence a decode step may verify),
+ *       halo_execute_args.hidden_states and HALO_CAP_HIDDEN_STATES (the
+ *       final-normed hidden rows an EAGLE/MTP head would take).
  *
  * A device plugin is a shared library that exports one symbol,
  *
@@ -116,7 +120,7 @@ extern "C" {
 #endif
 
 #define HALO_ABI_VERSION_MAJOR 1
-#define HALO_ABI_VERSION_MINOR 4
+#define HALO_ABI_VERSION_MINOR 5
 
 /* Name of the one symbol every plugin exports. */
 #define HALO_PLUGIN_ENTRY_SYMBOL "halo_plugin_get_api"
@@ -202,6 +206,8 @@ typedef enum halo_device_kind {
  * chips or devices one model is split over). Without the bit the core
  * refuses a tensor-parallel size above 1 for this device. */
 #define HALO_CAP_TENSOR_PARALLEL (1u << 7)
+/* v1.5: execute fills halo_execute_args.hidden_states when the caller asks. */
+#define HALO_CAP_HIDDEN_STATES (1u << 8)
 
 typedef struct halo_device_properties {
   size_t struct_size;
@@ -429,6 +435,16 @@ typedef struct halo_limits {
    * struct_size already covers it: the caller learns that the plugin answered
    * from its abi_minor >= 3, not from struct_size. */
   int32_t compute_dtype; /* halo_compute_dtype */
+  /* v1.5: speculative decoding. in: the proposed tokens per sequence the
+   * core wants verified (0 = no speculation). out: the most proposed tokens
+   * per sequence the device verifies in a decode step, i.e. a decode step's
+   * sequence may carry up to 1 + num_speculative_tokens query tokens (the
+   * last real token, then the proposals), its context_lens counting them all.
+   * A dynamic-shape plugin echoes the proposal; a static-shape device answers
+   * with what it was compiled for (0: no verify graph). A caller talking to a
+   * plugin older than v1.5 assumes the proposal is honoured when the device
+   * mixes prefill and decode (HALO_CAP_MIXED_BATCH) and 0 otherwise. */
+  int32_t num_speculative_tokens;
 } halo_limits;
 
 /* v1.2: KV cache element types (halo_limits.kv_cache_dtype). */
@@ -551,6 +567,11 @@ typedef struct halo_execute_args {
   const int32_t* logits_indices; /* [num_logits] rows of the flat batch */
   /* out: host fp32 [num_logits, vocab_size], allocated by the caller */
   DLTensor* logits;
+  /* v1.5, out: host fp32 [num_logits, hidden_size], allocated by the caller,
+   * or NULL (not asked). The rows lm_head takes, after the final norm, for
+   * the same logits_indices: logits = hidden_states x lm_head^T. Only asked
+   * of a device with HALO_CAP_HIDDEN_STATES; one without it ignores it. */
+  DLTensor* hidden_states;
 } halo_execute_args;
 
 /* ------------------------------------------------------------- buffers */

@@ -422,6 +422,14 @@ void agree_limits(halo_executable& exe, const halo_model_spec& s, halo_limits& l
   if (lim.struct_size >= HALO_STRUCT_SIZE(halo_limits, compute_dtype))
     lim.compute_dtype = HALO_COMPUTE_DTYPE_FP32;
 #endif
+    // v1.5: any query count per sequence runs, so every token a speculative
+    // decode proposes verifies in one step: the proposal stands as it came
+    // (a fixed-shape device writes what it compiled verify graphs for).
+#if HALO_ABI_VERSION_MINOR >= 5
+  if (lim.struct_size >= HALO_STRUCT_SIZE(halo_limits, num_speculative_tokens)) {
+    if (lim.num_speculative_tokens < 0) invalid("limits.num_speculative_tokens is negative");
+  }
+#endif
 }
 
 halo_error* prepare(halo_prepare_args* args) {

@@ -73,6 +73,13 @@ kernels::KvLayer kv_layer(const halo_executable& exe, const halo_kv_cache& kv, s
                           exe.block_size, exe.kv_heads,  exe.head_dim};
 }
 
+// v1.5: the rows lm_head takes, when the caller asked for them.
+void copy_hidden_states(const halo_execute_args& a, const float* rows, size_t n) {
+  const DLTensor* hs = plugin::hidden_states_out(&a);
+  if (hs == nullptr) return;
+  std::memcpy(static_cast<char*>(hs->data) + hs->byte_offset, rows, n * sizeof(float));
+}
+
 float* logits_out(const halo_execute_args& a) {
   return static_cast<float*>(
       static_cast<void*>(static_cast<char*>(a.logits->data) + a.logits->byte_offset));
@@ -201,6 +208,7 @@ void forward_fast(halo_executable& exe, const halo_kv_cache& kv, const halo_exec
     std::memcpy(fr + i * H, x + t * H, H * sizeof(float));
     kernels::add_rmsnorm(fr + i * H, tmp + t * H, exe.final_norm.data(), H, eps, fr + i * H);
   });
+  copy_hidden_states(a, fr, L * H);
   run_linear(exe, exe.lm_head_run, fr, L, H, logits_out(a), static_cast<size_t>(exe.vocab));
 }
 
@@ -268,6 +276,7 @@ void forward_reference(halo_executable& exe, const halo_kv_cache& kv, const halo
   for (size_t i = 0; i < L; ++i)
     kernels::rmsnorm(x + static_cast<size_t>(a.logits_indices[i]) * H, exe.final_norm.data(), H,
                      eps, fr + i * H);
+  copy_hidden_states(a, fr, L * H);
   run_linear(exe, exe.lm_head_run, fr, L, H, logits_out(a), static_cast<size_t>(exe.vocab));
 }
 

@@ -394,6 +394,7 @@ void prepare(halo_prepare_args* args) {
   log_what_runs(*exe, opt, linear, args->device->threads, kv_agreed);
   agree_limits(*exe, lim, s);
   set_kv_dtype(lim, kv_agreed);
+  set_spec_tokens(lim, proposed_spec_tokens(lim));  // any query count verifies
   // The narrowest type an activation is rounded to: int8 as soon as one
   // projection runs gemm_q, else bf16 as soon as one runs the bf16 GEMM; the
   // reference kernels and fp32 projections keep fp32 activations (16-bit
@@ -464,8 +465,8 @@ void execute(halo_execute_args* a) {
   if (exe == nullptr) invalid("execute: executable is NULL");
   if (kv == nullptr) invalid("execute: kv_cache is NULL");
   if (kv->owner != exe) invalid("execute: kv_cache was created for a different executable");
-  const ExecLimits lim{exe->vocab, exe->max_num_seqs, exe->max_model_len,
-                       exe->max_num_batched_tokens, exe->block_size};
+  const ExecLimits lim{exe->vocab,         exe->max_num_seqs, exe->max_model_len,
+                       exe->max_num_batched_tokens, exe->block_size,   exe->hidden};
   const KvLimits kvl{kv->num_blocks, kv->block_size};
   validate_execute(a, &lim, &kvl);
 

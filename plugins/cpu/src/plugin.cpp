@@ -18,7 +18,8 @@ namespace halo::cpu {
 namespace {
 
 constexpr uint32_t kCapabilities = HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 |
-                                   HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS;
+                                   HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS |
+                                   HALO_CAP_HIDDEN_STATES;
 
 void device_count(halo_device_count_args* args) {
   check_args("device_count", args, "device_count: args");

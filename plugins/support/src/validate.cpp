@@ -354,6 +354,20 @@ void validate_spec(const halo_model_spec* s, const char* plugin) {
          " has unknown bits 0x", s->flags & ~known);
 }
 
+namespace {
+// An execute output: host fp32 [rows, cols], contiguous and 4-byte aligned.
+void check_output_rows(const char* name, const DLTensor* t, int32_t rows, int32_t cols) {
+  if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1)
+    invalid("execute: ", name, " has dtype ", dtype_str(t->dtype), ", expected float32");
+  if (t->ndim != 2 || t->shape == nullptr || t->shape[0] != rows || t->shape[1] != cols)
+    invalid("execute: ", name, " has shape ", shape_str(t->shape, t->ndim), ", expected [", rows,
+            ", ", cols, "]");
+  const void* p = contiguous_data("execute", name, t);
+  if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0)
+    invalid("execute: ", name, " data + byte_offset is not 4-byte aligned");
+}
+}  // namespace
+
 void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const KvLimits* kv) {
   const int32_t T = a->num_tokens, S = a->num_seqs;
   if (T <= 0) invalid("execute: num_tokens=", T, " must be positive");
@@ -421,18 +435,15 @@ void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const K
       out_of_range("execute: logits_indices[", i, "]=", a->logits_indices[i], " is outside [0, ", T,
                    ")");
   if (a->num_logits > 0) {
-    const DLTensor* lg = a->logits;
-    if (lg == nullptr) invalid("execute: logits is NULL with num_logits=", a->num_logits);
-    if (lg->dtype.code != kDLFloat || lg->dtype.bits != 32 || lg->dtype.lanes != 1)
-      invalid("execute: logits has dtype ", dtype_str(lg->dtype), ", expected float32");
-    if (lg->ndim != 2 || lg->shape == nullptr || lg->shape[0] != a->num_logits ||
-        lg->shape[1] != exe->vocab)
-      invalid("execute: logits has shape ", shape_str(lg->shape, lg->ndim), ", expected [",
-              a->num_logits, ", ", exe->vocab, "]");
-    const void* p = contiguous_data("execute", "logits", lg);
-    if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0)
-      invalid("execute: logits data + byte_offset is not 4-byte aligned");
+    if (a->logits == nullptr) invalid("execute: logits is NULL with num_logits=", a->num_logits);
+    check_output_rows("logits", a->logits, a->num_logits, exe->vocab);
+    if (const DLTensor* hs = hidden_states_out(a); hs && exe->hidden > 0)
+      check_output_rows("hidden_states", hs, a->num_logits, exe->hidden);
   }
+}
+
+DLTensor* hidden_states_out(const halo_execute_args* a) {
+  return HALO_HAS_FIELD(a, halo_execute_args, hidden_states) ? a->hidden_states : nullptr;
 }
 
 // kv_cache_copy_blocks: see validate.h. Checked in full before anything is
@@ -530,6 +541,17 @@ void set_kv_dtype(halo_limits* lim, int32_t agreed) {
 
 void set_compute_dtype(halo_limits* lim, int32_t dtype) {
   if (HALO_HAS_FIELD(lim, halo_limits, compute_dtype)) lim->compute_dtype = dtype;
+}
+
+int32_t proposed_spec_tokens(const halo_limits* lim) {
+  if (!HALO_HAS_FIELD(lim, halo_limits, num_speculative_tokens)) return 0;
+  if (lim->num_speculative_tokens < 0)
+    invalid("prepare: limits.num_speculative_tokens=", lim->num_speculative_tokens, " is negative");
+  return lim->num_speculative_tokens;
+}
+
+void set_spec_tokens(halo_limits* lim, int32_t agreed) {
+  if (HALO_HAS_FIELD(lim, halo_limits, num_speculative_tokens)) lim->num_speculative_tokens = agreed;
 }
 
 void check_host_matches_buffer(const char* where, const DLTensor* t, DLDataType dtype,

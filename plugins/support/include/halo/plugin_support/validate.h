@@ -95,11 +95,17 @@ void validate_spec(const halo_model_spec* s, const char* plugin);
 struct ExecLimits {
   int32_t vocab = 0, max_num_seqs = 0, max_model_len = 0, max_num_batched_tokens = 0,
           block_size = 0;
+  // v1.5: the width of halo_execute_args.hidden_states rows; 0 = the plugin
+  // does not fill them (no HALO_CAP_HIDDEN_STATES), so they are not checked.
+  int32_t hidden = 0;
 };
 struct KvLimits {
   int32_t num_blocks = 0, block_size = 0;
 };
 void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const KvLimits* kv);
+// v1.5: the caller's hidden_states output, or NULL when it did not ask (or is
+// older than v1.5). validate_execute has checked its shape when exe->hidden > 0.
+DLTensor* hidden_states_out(const halo_execute_args* a);
 // kv_cache_copy_blocks after its kv_cache NULL check: pointers, num_pairs, every
 // index in [0, num_blocks) (OUT_OF_RANGE), and no destination repeated or also
 // a source (INVALID_ARGUMENT: the result would depend on the copy order).
@@ -123,6 +129,12 @@ void set_kv_dtype(halo_limits* lim, int32_t agreed);
 // v1.3: reports the prepared model's halo_compute_dtype when the caller's
 // struct has the field.
 void set_compute_dtype(halo_limits* lim, int32_t dtype);
+// v1.5: the proposed tokens per sequence the caller wants verified in a
+// decode step (0 from a caller older than v1.5; INVALID_ARGUMENT when
+// negative), and the plugin's answer, written back when the caller's struct
+// has the field.
+int32_t proposed_spec_tokens(const halo_limits* lim);
+void set_spec_tokens(halo_limits* lim, int32_t agreed);
 
 size_t buffer_elem_size(const char* where, DLDataType t);
 // buffer_to_host: INVALID_ARGUMENT naming `where` unless the host tensor has
