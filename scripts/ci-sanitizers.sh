@@ -94,7 +94,7 @@ run_asan() {
   # the page's files are checked by web_ui_test, its requests by the serve tests).
   ((quick)) && exclude+='|serve_(load|grpc_load|hostile|replicas)$|ui_web_ui$'
   exclude+=')'
-  ( asan_env; ctest --test-dir "$b" --output-on-failure --timeout 1200 -E "$exclude" ) || ok=0
+  ( asan_env; ctest --test-dir "$b" -j "$jobs" --output-on-failure --timeout 1200 -E "$exclude" ) || ok=0
   ( asan_env; export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
     ctest --test-dir "$b" --output-on-failure --no-tests=error -R "^$onednn" ) || ok=0
   if ((ok)); then finish asan passed; else finish asan failed "ctest"; fi

@@ -465,6 +465,28 @@ const halo_quantized_tensor* Model::find_quantized(const std::string& name) cons
   return nullptr;
 }
 
+std::vector<float> Model::weight_f32(const std::string& name) const {
+  for (const auto& w : weights) {
+    if (name != w.name) continue;
+    const DLTensor& t = *w.tensor;
+    size_t n = 1;
+    for (int d = 0; d < t.ndim; ++d) n *= static_cast<size_t>(t.shape[d]);
+    const char* p = static_cast<const char*>(t.data) + t.byte_offset;
+    std::vector<float> v(n);
+    for (size_t j = 0; j < n; ++j) {
+      if (t.dtype.bits == 32) {
+        std::memcpy(&v[j], p + 4 * j, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * j, 2);
+        v[j] = t.dtype.code == kDLBfloat ? from_bf16(h) : from_f16(h);
+      }
+    }
+    return v;
+  }
+  return {};
+}
+
 Model::Model(const ModelConfig& c, const QuantScheme* quant) : cfg(c) {
   const int64_t V = c.vocab, H = c.hidden, I = c.inter, NQ = int64_t{c.heads} * c.head_dim,
                 NKV = int64_t{c.kv_heads} * c.head_dim;
@@ -559,7 +581,6 @@ Model::Model(const ModelConfig& c, const QuantScheme* quant) : cfg(c) {
   for (size_t i = 0; i < q_.size(); ++i) quantized[i].name = q_[i]->name.c_str();
   for (const auto& w : weights)
     if (find_quantized(w.name) == nullptr) plain.push_back(w);
-  (void)from_bf16;
 
   spec.struct_size = sizeof spec;
   spec.architecture = "ConformanceForCausalLM";
@@ -625,6 +646,8 @@ std::optional<Session> make_session(const Lib& lib, int index, const Model& m,
       comp.emplace_back("batch_size", std::to_string(o.proposal.max_num_seqs));
     if (!has("max_seq_len") && o.proposal.max_model_len > 0)
       comp.emplace_back("max_seq_len", std::to_string(o.proposal.max_model_len));
+    if (!has("num_speculative_tokens") && o.proposal.num_speculative_tokens > 0)
+      comp.emplace_back("num_speculative_tokens", std::to_string(o.proposal.num_speculative_tokens));
     // Keyed by content: models come and go at the same addresses.
     const ModelConfig& mc = m.cfg;
     std::string key = mc.family + "|" + dtype_name(mc.dtype) + "|" + std::to_string(mc.seed) + "|" +
@@ -697,6 +720,8 @@ std::optional<Session> make_session(const Lib& lib, int index, const Model& m,
   lim.max_model_len = o.proposal.max_model_len;
   lim.max_num_batched_tokens = o.proposal.max_num_batched_tokens;
   lim.block_size = o.proposal.block_size;
+  if (lsize >= HALO_STRUCT_SIZE(halo_limits, num_speculative_tokens))
+    lim.num_speculative_tokens = o.proposal.num_speculative_tokens;
   halo_prepare_args a{};
   a.struct_size = o.prepare_args_size ? o.prepare_args_size : sizeof a;
   a.device = s.device.get();
@@ -799,13 +824,12 @@ Status run_step(Session& s, const std::vector<Chunk>& batch, std::vector<std::ve
   std::vector<int32_t> asked;
   for (int32_t o : order) asked.push_back(logits_indices.at(static_cast<size_t>(o)));
   std::vector<float> out(asked.size() * static_cast<size_t>(s.vocab), NAN);
-  int64_t shape[2] = {static_cast<int64_t>(asked.size()), s.vocab};
-  DLTensor lg{};
-  lg.data = out.data();
-  lg.device = {kDLCPU, 0};
-  lg.ndim = 2;
-  lg.dtype = {kDLFloat, 32, 1};
-  lg.shape = shape;
+  std::vector<int64_t> shape{static_cast<int64_t>(asked.size()), s.vocab};
+  DLTensor lg = host_tensor(out.data(), {kDLFloat, 32, 1}, shape);
+  const auto hsize = static_cast<size_t>(extras.hidden_size);
+  std::vector<float> hid(asked.size() * hsize, NAN);
+  std::vector<int64_t> hshape{static_cast<int64_t>(asked.size()), extras.hidden_size};
+  DLTensor hs = host_tensor(hid.data(), {kDLFloat, 32, 1}, hshape);
   halo_execute_args a{};
   a.struct_size = sizeof a;
   a.executable = s.exec.get();
@@ -822,17 +846,19 @@ Status run_step(Session& s, const std::vector<Chunk>& batch, std::vector<std::ve
   a.num_logits = static_cast<int32_t>(asked.size());
   a.logits_indices = asked.empty() ? nullptr : asked.data();
   a.logits = asked.empty() ? nullptr : &lg;
+  a.hidden_states = hsize > 0 && !asked.empty() ? &hs : nullptr;
   Status st = take(s.lib->api, s.lib->api->execute(&a));
   if (!st.ok()) return st;
   for (const Chunk& c : batch) c.seq->cached += c.n_new;
-  if (rows) {
-    // Back to natural order.
-    rows->assign(asked.size(), {});
+  // Back to natural order.
+  auto unpermute = [&](const std::vector<float>& flat, size_t width, std::vector<std::vector<float>>& to) {
+    to.assign(asked.size(), {});
     for (size_t i = 0; i < order.size(); ++i)
-      (*rows)[static_cast<size_t>(order[i])].assign(
-          out.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(s.vocab)),
-          out.begin() + static_cast<ptrdiff_t>((i + 1) * static_cast<size_t>(s.vocab)));
-  }
+      to[static_cast<size_t>(order[i])].assign(flat.begin() + static_cast<ptrdiff_t>(i * width),
+                                              flat.begin() + static_cast<ptrdiff_t>((i + 1) * width));
+  };
+  if (rows) unpermute(out, static_cast<size_t>(s.vocab), *rows);
+  if (extras.hidden) unpermute(hid, hsize, *extras.hidden);
   return st;
 }
 

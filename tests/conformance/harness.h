@@ -157,6 +157,9 @@ class Model {
   std::vector<halo_named_tensor> plain;    // weights not in quantized
   std::vector<halo_quantized_tensor> quantized;
   const halo_quantized_tensor* find_quantized(const std::string& name) const;
+  // A weight's values as fp32 [rows x cols row-major], whatever its dtype;
+  // empty when the model has no weight of that name.
+  std::vector<float> weight_f32(const std::string& name) const;
 
  private:
   struct T {
@@ -187,6 +190,7 @@ struct Proposal {
   int max_model_len = 128;
   int max_num_batched_tokens = 128;
   int block_size = 0;
+  int num_speculative_tokens = 0;  // v1.5 (and a compiled device's compile option of that name)
 };
 
 // A prepared executable with a KV cache.
@@ -234,6 +238,11 @@ struct Chunk {
 struct StepExtras {
   int extra_blocks_per_seq = 2;  // -1 padded columns beyond what is needed
   std::vector<int32_t> logits_order;  // permutation of the logits rows (empty: natural)
+  // v1.5: asks for hidden_states rows of this width (0: passes NULL); they
+  // come back in `hidden`, one per logits row in natural order, NaN where the
+  // plugin wrote nothing.
+  int hidden_size = 0;
+  std::vector<std::vector<float>>* hidden = nullptr;
 };
 // Runs one execute(): rows in chunk order. Advances seq->cached on success.
 Status run_step(Session& s, const std::vector<Chunk>& batch, std::vector<std::vector<float>>* rows,

@@ -32,6 +32,12 @@ namespace conf {
 #define CONTRACT_LIFETIME "[contract: lifetime]"
 #define CONTRACT_OPTIONS "[contract: unknown options are refused, naming them (v1.3)]"
 #define CONTRACT_QUANT "[contract: quantized weights run as their dequantized values (v1.4)]"
+#define CONTRACT_SPEC_LIMIT \
+  "[contract: speculative decoding - the verify limit (v1.5): dynamic devices honour the proposal]"
+#define CONTRACT_VERIFY \
+  "[contract: speculative decoding - a verify step equals decoding token by token (v1.5)]"
+#define CONTRACT_HIDDEN \
+  "[contract: speculative decoding - hidden_states are the rows lm_head takes (v1.5)]"
 #define CONTRACT_QUANT_REFUSED                                                                \
   "[contract: quantized weights outside the declared layouts are refused, naming the weight " \
   "(v1.4)]"
