@@ -188,9 +188,9 @@ void LLMEngine::start_speculation(spec::SpeculativeConfig sc, std::unique_ptr<sp
   for (const auto& key : sc.ignored) spdlog::info("speculative_config: '{}' has no effect in halo", key);
   if (draft) {
     draft->attach(*blocks_);
-    proposer_ = std::move(draft);
+    install_proposer(std::move(draft));
   } else {
-    proposer_ = spec::make_ngram_proposer(sc.prompt_lookup_min, sc.prompt_lookup_max);
+    install_proposer(spec::make_ngram_proposer(sc.prompt_lookup_min, sc.prompt_lookup_max));
   }
   // Past a few sequences a step is no longer bound by reading the weights,
   // so verifying proposals costs what they save (docs/speculative.md).
@@ -212,6 +212,18 @@ void LLMEngine::set_proposer(std::unique_ptr<spec::Proposer> proposer, int num_s
   }
   spec_->num_speculative_tokens = num_speculative_tokens;
   stats_.spec_accepted_per_pos.resize(static_cast<size_t>(num_speculative_tokens), 0);
+  install_proposer(std::move(proposer));
+}
+
+void LLMEngine::install_proposer(std::unique_ptr<spec::Proposer> proposer) {
+  if (proposer->wants_hidden_states()) {
+    if (!device_->has_hidden_states())
+      throw Error(fmt::format(
+          "speculative decoding: the proposer reads the target's hidden states, which plugin '{}' "
+          "does not return (no HALO_CAP_HIDDEN_STATES, ABI v1.5)",
+          plugin_->name()));
+    runner_->request_hidden_states(model_->config().spec.hidden_size);
+  }
   proposer_ = std::move(proposer);
 }
 
@@ -328,7 +340,7 @@ std::vector<RequestOutput> LLMEngine::step() {
   if (sched.empty()) return outputs;
   const auto start = std::chrono::steady_clock::now();
   runner_->execute(sched);
-  if (proposer_) proposer_->after_step(sched);
+  if (proposer_) proposer_->after_step(sched, *runner_);
   stats_.step_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats_.steps++;

@@ -124,6 +124,7 @@ class LLMEngine {
   void verify(const ScheduledSequence& s, int first_row, StepResult& result);
   void propose();
   void check_verify_limit(int num_speculative_tokens) const;
+  void install_proposer(std::unique_ptr<spec::Proposer> proposer);
   void start_speculation(spec::SpeculativeConfig sc, std::unique_ptr<spec::DraftModelProposer> draft);
   std::unique_ptr<spec::DraftModelProposer> load_draft(const std::string& dir, const device::Options& options);
   bool guide_allows(const SamplingParams& p, GuideCursor c, size_t index, int32_t token) const;

@@ -41,7 +41,12 @@ void ModelRunner::execute(const SchedulerOutput& step) {
       }
     }
   }
-  kv_cache_.execute(in_, vocab_, logits_);
+  kv_cache_.execute(in_, vocab_, logits_, hidden_ ? &*hidden_ : nullptr);
+}
+
+void ModelRunner::request_hidden_states(int64_t hidden_size) {
+  hidden_.emplace();
+  hidden_->size = hidden_size;
 }
 
 }  // namespace halo::engine

@@ -4,6 +4,7 @@
 // halo_execute_args, and fp32 logits for the sequences that sample this step.
 // Host buffers are reused across steps (no per-step allocation once warm).
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "device/plugin.h"
@@ -38,6 +39,14 @@ class ModelRunner {
   const PromptRows& prompt_rows(size_t i) const { return prompt_rows_[i]; }
   float* logits_at(int row) { return &logits_[row * vocab_]; }
 
+  // ABI v1.5: from now on each step also returns, for every logits row, the
+  // `hidden_size` wide row lm_head took (for a proposer reading the target's
+  // hidden states); hidden_at(row) is nullptr until asked.
+  void request_hidden_states(int64_t hidden_size);
+  const float* hidden_at(int row) const {
+    return hidden_ ? &hidden_->rows[static_cast<size_t>(row * hidden_->size)] : nullptr;
+  }
+
  private:
   device::KvCache& kv_cache_;
   int64_t vocab_;
@@ -46,6 +55,7 @@ class ModelRunner {
   std::vector<SampleRows> sample_rows_;
   std::vector<PromptRows> prompt_rows_;
   std::vector<float> logits_;
+  std::optional<device::KvCache::HiddenStates> hidden_;
 };
 
 }  // namespace halo::engine

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -186,6 +187,74 @@ TEST(SpecReplay, AcceptAllAndRejectMidwayGiveTheSameOutput) {
       EXPECT_LT(st.spec_num_accepted_tokens, st.spec_num_draft_tokens * 8 / 10);
     }
   }
+}
+
+// An EAGLE/MTP-style proposer reads the target's hidden states (ABI v1.5).
+// This one proposes nothing and keeps, per request, the token each hidden row
+// predicts through the tied embeddings, computed here in double precision:
+// under greedy decoding that is the token the engine emits (near ties aside).
+class HiddenStateReader : public spec::Proposer {
+ public:
+  explicit HiddenStateReader(const model::LoadedModel& m) : hidden_(m.config().spec.hidden_size) {
+    for (const auto& w : m.weights())
+      if (std::string(w.name) == HALO_WEIGHT_EMBED_TOKENS) embed_ = to_f32(*w.tensor);
+  }
+  bool wants_hidden_states() const override { return true; }
+  void propose(std::span<const spec::ProposeRequest>) override {}
+  void after_step(const SchedulerOutput& step, const ModelRunner& target) override {
+    for (size_t i = 0; i < step.scheduled.size(); ++i) {
+      const auto rows = target.sample_rows(i);
+      if (rows.count == 0) continue;
+      const float* h = target.hidden_at(rows.first_row);
+      ASSERT_NE(h, nullptr);
+      predicted[step.scheduled[i].seq->request_id].push_back(argmax_through_embeddings(h));
+    }
+  }
+  std::map<std::string, std::vector<int32_t>> predicted;
+
+ private:
+  static std::vector<float> to_f32(const DLTensor& t) {
+    size_t n = 1;
+    for (int d = 0; d < t.ndim; ++d) n *= static_cast<size_t>(t.shape[d]);
+    std::vector<float> v(n);
+    const auto* p = static_cast<const uint16_t*>(t.data);  // bf16, as the demo model stores it
+    for (size_t j = 0; j < n; ++j) {
+      const uint32_t u = uint32_t{p[j]} << 16;
+      std::memcpy(&v[j], &u, 4);
+    }
+    return v;
+  }
+  int32_t argmax_through_embeddings(const float* h) const {
+    const auto H = static_cast<size_t>(hidden_);
+    int32_t best = 0;
+    double best_v = -1e300;
+    for (size_t v = 0; v < embed_.size() / H; ++v) {
+      double acc = 0;
+      for (size_t k = 0; k < H; ++k) acc += double(h[k]) * double(embed_[v * H + k]);
+      if (acc > best_v) best_v = acc, best = static_cast<int32_t>(v);
+    }
+    return best;
+  }
+  int hidden_;
+  std::vector<float> embed_;
+};
+
+TEST(SpecHiddenStates, AProposerReadsTheRowsLmHeadTook) {
+  const auto m = demo_model();
+  ASSERT_EQ(m->weights()[0].tensor->dtype.code, kDLBfloat);
+  LLMEngine eng(config(), m);
+  auto reader = std::make_unique<HiddenStateReader>(*m);
+  HiddenStateReader* seen = reader.get();
+  eng.set_proposer(std::move(reader), 2);
+  const auto prompts = quoting_prompts(8, 11);
+  const auto got = run_together(eng, prompts, greedy(20));
+  size_t same = 0, total = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& p = seen->predicted[std::to_string(i)];
+    ASSERT_EQ(p.size(), got[i].size()) << "one hidden row per sampled token";
+    for (size_t j = 0; j < p.size(); ++j) same += p[j] == got[i][j], ++total;
+  }
+  EXPECT_GE(same, total * 97 / 100) << same << " of " << total << " tokens are the argmax of hidden x embeddings";
 }
 
 // End of sequence, stop ids, max_tokens, n > 1 and stop strings with

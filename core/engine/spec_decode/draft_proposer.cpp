@@ -55,7 +55,9 @@ void DraftModelProposer::attach(KvBlockManager& blocks) {
   mirror_ = std::make_unique<ModelRunner>(*cache_, vocab_);
 }
 
-void DraftModelProposer::after_step(const SchedulerOutput& step) { mirror_->execute(step); }
+void DraftModelProposer::after_step(const SchedulerOutput& step, const ModelRunner&) {
+  mirror_->execute(step);
+}
 
 void DraftModelProposer::copy_blocks(const std::vector<int32_t>& src,
                                      const std::vector<int32_t>& dst) {

@@ -38,7 +38,7 @@ class DraftModelProposer : public Proposer {
 
   void propose(std::span<const ProposeRequest> batch) override;
   std::span<const TokenDist> proposal_dists(const Sequence& seq) const override;
-  void after_step(const SchedulerOutput& step) override;
+  void after_step(const SchedulerOutput& step, const ModelRunner& target) override;
   void copy_blocks(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) override;
 
  private:

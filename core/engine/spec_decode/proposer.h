@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -28,10 +29,14 @@ class Proposer {
   // The distribution each of this step's proposals for `seq` was drawn from;
   // empty when they were certain (q one-hot).
   virtual std::span<const TokenDist> proposal_dists(const Sequence&) const { return {}; }
-  // After each target step (a draft model computes the same tokens) and each
-  // block copy the engine issues.
-  virtual void after_step(const SchedulerOutput&) {}
+  // After each target step (a draft model computes the same tokens; the
+  // runner holds the step's logits rows and, for a proposer that wants them,
+  // its hidden rows) and each block copy the engine issues.
+  virtual void after_step(const SchedulerOutput&, const ModelRunner&) {}
   virtual void copy_blocks(const std::vector<int32_t>&, const std::vector<int32_t>&) {}
+  // An EAGLE/MTP-style head reads the target's last hidden states (ABI v1.5,
+  // HALO_CAP_HIDDEN_STATES): the engine then asks the device for them.
+  virtual bool wants_hidden_states() const { return false; }
 };
 
 // Prompt lookup over the prompt and the output so far (vLLM's "ngram").
