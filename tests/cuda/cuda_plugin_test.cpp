@@ -99,7 +99,8 @@ TEST(CudaPlugin, NoDeviceIsAClearErrorOrDevicesAreReal) {
   EXPECT_NE(std::string(p.name).find("sm_"), std::string::npos) << p.name;
   EXPECT_GT(p.memory_bytes, 0u);
   EXPECT_EQ(p.capabilities, HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_CHUNKED_PREFILL |
-                                HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS);
+                                HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS | HALO_CAP_TENSOR_PARALLEL |
+                                HALO_CAP_HIDDEN_STATES);
   g.device_index = n;
   EXPECT_EQ(take(cuda_api()->device_get_properties(&g)).code, HALO_STATUS_OUT_OF_RANGE);
 }
@@ -306,6 +307,129 @@ TEST(CudaPluginGpu, LogitsMatchReferenceModel) {
     cfg.flags = HALO_MODEL_QKV_BIAS | HALO_MODEL_QK_NORM | HALO_MODEL_TIED_EMBEDDINGS;
     cfg.wt = halo::test::WeightType::F16;
     run_model_on_gpu(cfg, graphs, 3e-2);
+  }
+}
+
+// A sequence of a GPU test: its tokens, block table, the tokens computed so
+// far and the reference logits of every position.
+struct GpuSeq {
+  std::vector<int> tokens;
+  std::vector<int32_t> table;
+  int done = 0;
+  std::vector<std::vector<double>> ref;
+};
+
+// One execute() over entries (sequence, new tokens), logits of every row
+// asked in reverse order, with hidden_states: each row against the reference
+// and logits against hidden x lm_head^T.
+void gpu_step(halo_executable* exe, halo_kv_cache* kv, const halo::test::TestModel& m,
+              std::vector<GpuSeq>& seqs, const std::vector<std::pair<int, int>>& entries) {
+  const int V = m.cfg.vocab, H = m.cfg.hidden, mb = 3;
+  std::vector<int32_t> ids, pos, qs{0}, ctx, bt, lidx;
+  std::vector<int64_t> slots;
+  std::vector<std::pair<int, int>> row_of;  // (sequence, position) of each flat row
+  for (auto [s, n] : entries) {
+    GpuSeq& q = seqs[static_cast<size_t>(s)];
+    for (int i = 0; i < n; ++i) {
+      const int p = q.done + i;
+      ids.push_back(q.tokens[static_cast<size_t>(p)]), pos.push_back(p);
+      slots.push_back(int64_t{q.table[static_cast<size_t>(p / 16)]} * 16 + p % 16);
+      row_of.push_back({s, p});
+    }
+    q.done += n;
+    qs.push_back(static_cast<int32_t>(ids.size())), ctx.push_back(q.done);
+    bt.insert(bt.end(), q.table.begin(), q.table.end());
+  }
+  const int T = static_cast<int>(ids.size());
+  for (int i = 0; i < T; ++i) lidx.push_back(T - 1 - i);
+  std::vector<float> logits(static_cast<size_t>(T) * V), hidden(static_cast<size_t>(T) * H);
+  int64_t lshape[2] = {T, V}, hshape[2] = {T, H};
+  DLTensor lt = host_2d(logits.data(), lshape, DLDataType{kDLFloat, 32, 1});
+  DLTensor ht = host_2d(hidden.data(), hshape, DLDataType{kDLFloat, 32, 1});
+  halo_execute_args e{};
+  e.struct_size = sizeof e;
+  e.executable = exe, e.kv_cache = kv, e.num_tokens = T;
+  e.token_ids = ids.data(), e.positions = pos.data(), e.slot_mapping = slots.data();
+  e.num_seqs = static_cast<int32_t>(entries.size());
+  e.query_start = qs.data(), e.context_lens = ctx.data(), e.block_tables = bt.data();
+  e.max_blocks_per_seq = mb, e.num_logits = T, e.logits_indices = lidx.data();
+  e.logits = &lt, e.hidden_states = &ht;
+  const St es = take(cuda_api()->execute(&e));
+  ASSERT_EQ(es.code, HALO_STATUS_OK) << es.message;
+  const std::vector<float>& lm = m.w(HALO_WEIGHT_LM_HEAD);
+  for (int i = 0; i < T; ++i) {
+    const auto [s, p] = row_of[static_cast<size_t>(lidx[static_cast<size_t>(i)])];
+    const std::vector<float> row(logits.begin() + i * V, logits.begin() + (i + 1) * V);
+    EXPECT_LT(halo::test::rel_err(row, seqs[static_cast<size_t>(s)].ref[static_cast<size_t>(p)]),
+              3e-2)
+        << "sequence " << s << " position " << p;
+    std::vector<double> from_hidden(static_cast<size_t>(V));
+    for (int v = 0; v < V; ++v)
+      for (int h = 0; h < H; ++h)
+        from_hidden[static_cast<size_t>(v)] +=
+            double(hidden[static_cast<size_t>(i * H + h)]) * lm[static_cast<size_t>(v * H + h)];
+    EXPECT_LT(halo::test::rel_err(row, from_hidden), 1e-3)
+        << "hidden_states of sequence " << s << " position " << p;
+  }
+}
+
+// Speculative decoding (ABI v1.5): K = 4 agreed; verify steps (q = 5, q = 3
+// padded to 5, a plain decode among them) replay the (B, 5) graph, then a
+// decode step the (B, 1) one; every row against the reference forward, with
+// graphs and eagerly, and the hidden_states rows.
+void run_verify_on_gpu(bool graphs) {
+  using namespace halo::test;
+  Config cfg;
+  cfg.heads = 8, cfg.kv_heads = 2, cfg.head_dim = 16, cfg.hidden = 64;
+  cfg.wt = WeightType::BF16;
+  TestModel m(cfg);
+  halo_option opt{"cuda_graphs", graphs ? "1" : "0"};
+  halo_device_open_args o{};
+  o.struct_size = sizeof o;
+  o.options = &opt;
+  o.num_options = 1;
+  ASSERT_EQ(take(cuda_api()->device_open(&o)).code, HALO_STATUS_OK);
+  halo_limits lim{};
+  lim.struct_size = sizeof lim;
+  lim.block_size = 16, lim.max_num_seqs = 16, lim.max_model_len = 256;
+  lim.num_speculative_tokens = 4;
+  halo_prepare_args pa{};
+  pa.struct_size = sizeof pa;
+  pa.device = o.device, pa.spec = &m.spec, pa.weights = m.named.data();
+  pa.num_weights = m.named.size(), pa.limits = &lim;
+  const St ps = take(cuda_api()->prepare(&pa));
+  ASSERT_EQ(ps.code, HALO_STATUS_OK) << ps.message;
+  EXPECT_EQ(lim.num_speculative_tokens, 4);
+  halo_kv_cache_create_args ka{};
+  ka.struct_size = sizeof ka;
+  ka.executable = pa.executable, ka.num_blocks = 64, ka.block_size = 16;
+  ASSERT_EQ(take(cuda_api()->kv_cache_create(&ka)).code, HALO_STATUS_OK);
+  std::vector<GpuSeq> seqs(3);
+  const std::vector<std::vector<int32_t>> tables{{7, 3, 12}, {1, 9, 20}, {30, 5, 2}};
+  for (size_t s = 0; s < 3; ++s) {
+    seqs[s].tokens = random_tokens(44, cfg.vocab, static_cast<uint32_t>(11 + s));
+    std::vector<int> positions(seqs[s].tokens.size());
+    std::iota(positions.begin(), positions.end(), 0);
+    seqs[s].ref = reference_forward(m, seqs[s].tokens, positions);
+    seqs[s].table = tables[s];
+  }
+  gpu_step(pa.executable, ka.kv_cache, m, seqs, {{0, 20}, {1, 14}, {2, 31}});  // eager prefill
+  gpu_step(pa.executable, ka.kv_cache, m, seqs, {{0, 5}, {1, 3}, {2, 1}});     // graph (3, 5)
+  gpu_step(pa.executable, ka.kv_cache, m, seqs, {{0, 5}, {1, 5}, {2, 5}});     // replayed
+  gpu_step(pa.executable, ka.kv_cache, m, seqs, {{0, 1}, {1, 1}, {2, 1}});     // graph (4, 1)
+  gpu_step(pa.executable, ka.kv_cache, m, seqs, {{1, 2}});                     // graph (1, 5)
+  cuda_api()->kv_cache_destroy(ka.kv_cache);
+  cuda_api()->executable_destroy(pa.executable);
+  cuda_api()->device_destroy(o.device);
+}
+
+TEST(CudaPluginGpu, VerifyStepsMatchReferenceAndReturnHiddenStates) {
+  std::string reason;
+  if (gpu_count(&reason) <= 0)
+    GTEST_SKIP() << "no GPU here, so verify graphs ran only in host emulation: " << reason;
+  for (bool graphs : {false, true}) {
+    SCOPED_TRACE(graphs ? "graphs" : "eager");
+    run_verify_on_gpu(graphs);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "emulated_util.h"
 #include "halo/kernels/kernels.h"
 #include "kernels/attention.cuh"
 #include "kernels/elementwise.cuh"
@@ -20,24 +21,9 @@ namespace k = halo::cuda::k;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-void expect_close(const float* a, const float* b, size_t n, float tol, const char* what) {
-  float worst = 0.f;
-  size_t at = 0;
-  for (size_t i = 0; i < n; ++i) {
-    ASSERT_FALSE(std::isnan(a[i])) << what << " NaN at " << i;
-    const float e = std::fabs(a[i] - b[i]) / std::max(1.f, std::fabs(b[i]));
-    if (e > worst) worst = e, at = i;
-  }
-  EXPECT_LE(worst, tol) << what << ": worst at " << at << ": " << a[at] << " vs " << b[at];
-}
+using halo::cuda::emu::expect_close;
+using halo::cuda::emu::PagedFixture;
+using halo::cuda::emu::randn;
 
 // ------------------------------------------------------------- embedding
 
@@ -170,45 +156,6 @@ TEST(CudaKernelsEmulated, SiluAndGeluMul) {
 }
 
 // -------------------------------------------------------------- attention
-
-// A paged cache with shuffled block tables, filled with random K/V.
-struct PagedFixture {
-  int kv_heads, D, bs, num_blocks;
-  std::vector<float> k, v;
-  std::vector<int32_t> tables;  // [seqs, max_blocks], -1 padded
-  int max_blocks;
-
-  PagedFixture(int kvh, int d, int block_size, const std::vector<int>& ctx, uint32_t seed)
-      : kv_heads(kvh), D(d), bs(block_size) {
-    max_blocks = 1;
-    int total = 0;
-    for (int c : ctx) {
-      max_blocks = std::max(max_blocks, (c + bs - 1) / bs);
-      total += (c + bs - 1) / bs;
-    }
-    num_blocks = total + 3;
-    k = randn(size_t(num_blocks) * bs * kvh * d, seed);
-    v = randn(size_t(num_blocks) * bs * kvh * d, seed + 1);
-    std::vector<int32_t> ids(static_cast<size_t>(num_blocks), 0);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), std::mt19937(seed + 2));
-    tables.assign(ctx.size() * size_t(max_blocks), -1);
-    size_t next = 0;
-    for (size_t s = 0; s < ctx.size(); ++s)
-      for (int j = 0; j < (ctx[s] + bs - 1) / bs; ++j) tables[s * size_t(max_blocks) + size_t(j)] = ids[next++];
-  }
-  hk::PagedKV view() const { return {k.data(), v.data(), bs, kv_heads, D}; }
-
-  // CPU reference for the query heads of one token attending to [0, n_ctx) of sequence s.
-  std::vector<float> reference(const float* q_token, int heads, int s, int n_ctx) const {
-    const int G = heads / kv_heads;
-    std::vector<float> out(size_t(heads) * D), scores(size_t(std::max(n_ctx, 1)));
-    for (int g = 0; g < kv_heads; ++g)
-      hk::paged_attention(q_token + size_t(g) * G * D, G, view(), g, &tables[size_t(s) * max_blocks], n_ctx,
-                          1.0f / std::sqrt(float(D)), scores.data(), out.data() + size_t(g) * G * D);
-    return out;
-  }
-};
 
 struct AttnCase {
   int heads, kv_heads, D, bs;

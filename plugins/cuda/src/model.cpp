@@ -1,6 +1,6 @@
-// prepare / kv_cache / execute of the CUDA plugin: weights upload, step
-// packing, the per-layer launch sequence, decode CUDA graphs and NCCL
-// tensor parallelism.
+// prepare / kv_cache / execute of the CUDA plugin: weights upload, the
+// per-layer launch sequence, decode and verify CUDA graphs (their shapes and
+// the step packing: step_plan.h) and NCCL tensor parallelism.
 #include "model.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include "errors.h"
 #include "launch.h"
 #include "quant_upload.h"
+#include "step_plan.h"
 
 namespace halo::cuda {
 
@@ -86,6 +87,7 @@ Rank::~Rank() {
 halo_executable::~halo_executable() {
   ranks.clear();
   if (host_inputs) cudaFreeHost(host_inputs);
+  if (host_hidden) cudaFreeHost(host_hidden);
 }
 
 halo_kv_cache::~halo_kv_cache() {
@@ -142,45 +144,6 @@ struct HostLayer {
   HostProj q, k, v, o, gate, up, down;
   std::vector<float> attn_norm, mlp_norm, q_bias, k_bias, v_bias, q_norm, k_norm;
 };
-
-// ------------------------------------------------------------- step layout
-
-// Offsets (bytes) of the packed step inputs: one pinned host buffer, one copy.
-struct Layout {
-  int T = 0, S = 0, mb = 0, L = 0, items = 0, tiles = 0;
-  size_t slots = 0, tok = 0, pos = 0, bt = 0, lidx = 0, it_tok = 0, it_ctx = 0, it_row = 0;
-  size_t t_tok0 = 0, t_nq = 0, t_c0 = 0, t_row = 0, bytes = 0;
-};
-
-Layout make_layout(int T, int S, int mb, int L, int items, int tiles) {
-  Layout y;
-  y.T = T, y.S = S, y.mb = mb, y.L = L, y.items = items, y.tiles = tiles;
-  size_t o = 0;
-  auto take = [&](size_t n, size_t es) {
-    const size_t at = o;
-    o += (n * es + 15) / 16 * 16;
-    return at;
-  };
-  y.slots = take(static_cast<size_t>(T), 8);
-  y.tok = take(static_cast<size_t>(T), 4);
-  y.pos = take(static_cast<size_t>(T), 4);
-  y.bt = take(static_cast<size_t>(S) * static_cast<size_t>(mb), 4);
-  y.lidx = take(static_cast<size_t>(L), 4);
-  y.it_tok = take(static_cast<size_t>(items), 4);
-  y.it_ctx = take(static_cast<size_t>(items), 4);
-  y.it_row = take(static_cast<size_t>(items), 4);
-  y.t_tok0 = take(static_cast<size_t>(tiles), 4);
-  y.t_nq = take(static_cast<size_t>(tiles), 4);
-  y.t_c0 = take(static_cast<size_t>(tiles), 4);
-  y.t_row = take(static_cast<size_t>(tiles), 4);
-  y.bytes = o;
-  return y;
-}
-
-template <class P>
-P* at(char* base, size_t off) {
-  return reinterpret_cast<P*>(base + off);
-}
 
 // ------------------------------------------------------------- the forward
 
@@ -329,40 +292,6 @@ struct Forward {
   }
 };
 
-int padded_batch(int s, int max_graph) {
-  int b = 1;
-  while (b < s) b *= 2;
-  return std::min(b, max_graph);
-}
-
-// A step's work items: decode items (one query each) and prefill tiles
-// (up to q_tile queries each), as the attention kernels take them.
-struct StepItems {
-  std::vector<int32_t> it_tok, it_ctx, it_row, t_tok0, t_nq, t_c0, t_row;
-  bool all_decode = true;  // every sequence has exactly one query
-};
-
-StepItems collect_items(const halo_execute_args* a, int q_tile) {
-  StepItems w;
-  w.all_decode = a->num_tokens == a->num_seqs;
-  for (int s = 0; s < a->num_seqs; ++s) {
-    const int b = a->query_start[s], q = a->query_start[s + 1] - b, ctx = a->context_lens[s];
-    if (q == 1) {
-      w.it_tok.push_back(b), w.it_ctx.push_back(ctx), w.it_row.push_back(s);
-    } else if (q > 1) {
-      w.all_decode = false;
-      for (int i = 0; i < q; i += q_tile) {
-        w.t_tok0.push_back(b + i), w.t_nq.push_back(std::min(q_tile, q - i)),
-            w.t_c0.push_back(ctx - q + i);
-        w.t_row.push_back(s);
-      }
-    } else {
-      w.all_decode = false;
-    }
-  }
-  return w;
-}
-
 // Grows the pinned host buffer and every rank's input buffer to hold layout
 // y (growing a device buffer moves it: captured graphs are dropped).
 void ensure_input_capacity(halo_executable* exe, const Layout& y) {
@@ -383,59 +312,66 @@ void ensure_input_capacity(halo_executable* exe, const Layout& y) {
   }
 }
 
-// Packs the step's inputs into the host buffer at layout y. A graph step is
-// padded to B decode rows, the batch its graph was captured for.
-void pack_inputs(const halo_execute_args* a, halo_executable* exe, const Layout& y,
-                 const StepItems& w, bool graph, int B) {
-  const int T_ = a->num_tokens, S = a->num_seqs, L = a->num_logits;
-  char* h = exe->host_inputs;
-  std::memset(h, 0, y.bytes);
-  for (int t = 0; t < y.T; ++t) {
-    at<int64_t>(h, y.slots)[t] = t < T_ ? a->slot_mapping[t] : -1;
-    at<int32_t>(h, y.tok)[t] = t < T_ ? a->token_ids[t] : 0;
-    at<int32_t>(h, y.pos)[t] = t < T_ ? a->positions[t] : 0;
+// Where a step's outputs go on the host: the caller's logits and (v1.5,
+// when asked) its hidden_states, whose 16-bit rows are staged in the pinned
+// exe->host_hidden until the step has finished.
+struct StepOut {
+  float* logits = nullptr;
+  DLTensor* hidden = nullptr;
+};
+
+StepOut step_out(halo_execute_args* a, halo_executable* exe) {
+  StepOut o;
+  if (a->num_logits == 0) return o;
+  o.logits = reinterpret_cast<float*>(static_cast<char*>(a->logits->data) + a->logits->byte_offset);
+  o.hidden = hidden_states_out(a);
+  const size_t bytes = static_cast<size_t>(a->num_logits) * static_cast<size_t>(exe->hidden) * 2;
+  if (o.hidden && bytes > exe->host_hidden_cap) {
+    if (exe->host_hidden) cudaFreeHost(exe->host_hidden);
+    exe->host_hidden = nullptr;
+    exe->host_hidden_cap = 0;
+    check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&exe->host_hidden), bytes * 2,
+                             cudaHostAllocPortable),
+               "execute: cudaHostAlloc (hidden states)");
+    exe->host_hidden_cap = bytes * 2;
   }
-  if (graph) {
-    for (int s = 0; s < S; ++s) {
-      const int nblk = (a->context_lens[s] + exe->block_size - 1) / exe->block_size;
-      std::memcpy(at<int32_t>(h, y.bt) + static_cast<size_t>(s) * y.mb,
-                  a->block_tables + static_cast<size_t>(s) * a->max_blocks_per_seq, static_cast<size_t>(nblk) * 4);
-    }
-    for (int i = 0; i < B; ++i) {
-      at<int32_t>(h, y.it_tok)[i] = i;
-      at<int32_t>(h, y.it_ctx)[i] = i < S ? a->context_lens[i] : 0;  // padding rows attend to nothing
-      at<int32_t>(h, y.it_row)[i] = i;
-      at<int32_t>(h, y.lidx)[i] = i < L ? a->logits_indices[i] : 0;
-    }
-  } else {
-    std::memcpy(at<int32_t>(h, y.bt), a->block_tables, static_cast<size_t>(S) * a->max_blocks_per_seq * 4);
-    if (L > 0) std::memcpy(at<int32_t>(h, y.lidx), a->logits_indices, static_cast<size_t>(L) * 4);
-    auto put = [&](size_t off, const std::vector<int32_t>& v) {
-      if (!v.empty()) std::memcpy(h + off, v.data(), v.size() * 4);
-    };
-    put(y.it_tok, w.it_tok), put(y.it_ctx, w.it_ctx), put(y.it_row, w.it_row);
-    put(y.t_tok0, w.t_tok0), put(y.t_nq, w.t_nq), put(y.t_c0, w.t_c0), put(y.t_row, w.t_row);
-  }
+  return o;
 }
 
-// A decode step of batch B as a CUDA graph: captured on first use (per KV
-// cache: the graph holds its pointers), then launched; L logits copied out.
+// Queues the copies of logits rows [c, c + n) (and their final-normed hidden
+// rows, the lm_head's input) from rank 0's buffers, which hold them from row 0.
+void copy_rows_out(const halo_executable* exe, const StepOut& o, int c, int n) {
+  Rank& r0 = *exe->ranks[0];
+  const size_t V = static_cast<size_t>(exe->vocab), H = static_cast<size_t>(exe->hidden);
+  const size_t c0 = static_cast<size_t>(c), rows = static_cast<size_t>(n);
+  check_cuda(cudaMemcpyAsync(o.logits + c0 * V, r0.logits, rows * V * 4, cudaMemcpyDeviceToHost,
+                             r0.stream),
+             "execute: cudaMemcpyAsync (logits)");
+  if (o.hidden)
+    check_cuda(cudaMemcpyAsync(exe->host_hidden + c0 * H * 2, r0.hf, rows * H * 2,
+                               cudaMemcpyDeviceToHost, r0.stream),
+               "execute: cudaMemcpyAsync (hidden states)");
+}
+
+// A graph step (decode or verify, step_plan.h): its graph captured on first
+// use (per KV cache: the graph holds its pointers), then launched; the
+// caller's L rows copied out.
 template <class T>
-void run_graph_step(halo_executable* exe, const halo_kv_cache* kv, const Forward<T>& f, int B,
-                    int L, float* out) {
+void run_graph_step(halo_executable* exe, const halo_kv_cache* kv, const Forward<T>& f,
+                    const GraphShape& gs, int L, const StepOut& o) {
   Rank& r0 = *exe->ranks[0];
   if (r0.graph_kv_id != kv->id) {
     r0.drop_graphs();
     r0.graph_kv_id = kv->id;
   }
-  auto it = r0.graphs.find(B);
+  auto it = r0.graphs.find(gs);
   if (it == r0.graphs.end()) {
     check_cuda(cudaStreamBeginCapture(r0.stream, cudaStreamCaptureModeRelaxed),
                "execute: cudaStreamBeginCapture");
     cudaGraph_t g = nullptr;
     try {
       f.layers();
-      f.logits_part(0, B);
+      f.logits_part(0, gs.rows());
     } catch (...) {
       cudaStreamEndCapture(r0.stream, &g);
       if (g) cudaGraphDestroy(g);
@@ -446,56 +382,53 @@ void run_graph_step(halo_executable* exe, const halo_kv_cache* kv, const Forward
     const cudaError_t ie = cudaGraphInstantiate(&ge, g, 0);
     cudaGraphDestroy(g);
     check_cuda(ie, "execute: cudaGraphInstantiate");
-    it = r0.graphs.emplace(B, ge).first;
+    it = r0.graphs.emplace(gs, ge).first;
   }
   check_cuda(cudaGraphLaunch(it->second, r0.stream), "execute: cudaGraphLaunch");
-  if (L > 0)
-    check_cuda(cudaMemcpyAsync(out, r0.logits, static_cast<size_t>(L) * exe->vocab * 4,
-                               cudaMemcpyDeviceToHost, r0.stream),
-               "execute: cudaMemcpyAsync (logits)");
+  if (L > 0) copy_rows_out(exe, o, 0, L);
 }
 
 template <class T>
 void execute_t(halo_execute_args* a, halo_executable* exe, const halo_kv_cache* kv) {
-  const int T_ = a->num_tokens, S = a->num_seqs, L = a->num_logits;
-  const int V = exe->vocab;
-  const StepItems w = collect_items(a, exe->q_tile);
-  const bool graph =
-      exe->device->graphs && exe->tp == 1 && w.all_decode && S <= exe->max_graph_batch;
+  const int L = a->num_logits;
+  const GraphShape gs =
+      graph_shape(a, {exe->device->graphs && exe->tp == 1, exe->max_graph_batch, exe->spec_tokens});
+  const StepItems w = gs ? StepItems{} : collect_items(a, exe->q_tile);
   const int mb_cap = (exe->max_model_len + exe->block_size - 1) / exe->block_size;
-  const int B = graph ? padded_batch(S, exe->max_graph_batch) : 0;
-  const Layout y =
-      graph ? make_layout(B, B, mb_cap, B, B, 0)
-            : make_layout(T_, S, a->max_blocks_per_seq, L, static_cast<int>(w.it_tok.size()),
-                          static_cast<int>(w.t_tok0.size()));
+  const Layout y = gs ? graph_layout(gs, mb_cap) : eager_layout(a, w);
   ensure_input_capacity(exe, y);
-  pack_inputs(a, exe, y, w, graph, B);
+  if (gs)
+    pack_graph_inputs(a, exe->block_size, gs, y, exe->host_inputs);
+  else
+    pack_eager_inputs(a, w, y, exe->host_inputs);
   for (auto& r : exe->ranks) {
     check_cuda(cudaSetDevice(r->device), "execute: cudaSetDevice");
     check_cuda(
         cudaMemcpyAsync(r->inputs, exe->host_inputs, y.bytes, cudaMemcpyHostToDevice, r->stream),
         "execute: cudaMemcpyAsync");
   }
-  Rank& r0 = *exe->ranks[0];
-  check_cuda(cudaSetDevice(r0.device), "execute: cudaSetDevice");
+  check_cuda(cudaSetDevice(exe->ranks[0]->device), "execute: cudaSetDevice");
   const Forward<T> f{*exe, *kv, y};
-  float* out = L > 0 ? reinterpret_cast<float*>(static_cast<char*>(a->logits->data) + a->logits->byte_offset) : nullptr;
-  if (graph) {
-    run_graph_step(exe, kv, f, B, L, out);
+  const StepOut o = step_out(a, exe);
+  if (gs) {
+    run_graph_step(exe, kv, f, gs, L, o);
   } else {
     f.layers();
     for (int c = 0; c < L; c += exe->logits_chunk) {
       const int n = std::min(exe->logits_chunk, L - c);
       f.logits_part(c, n);
-      check_cuda(cudaMemcpyAsync(out + static_cast<size_t>(c) * V, r0.logits, static_cast<size_t>(n) * V * 4,
-                                 cudaMemcpyDeviceToHost, r0.stream),
-                 "execute: cudaMemcpyAsync (logits)");
+      copy_rows_out(exe, o, c, n);
     }
   }
   for (auto& r : exe->ranks) {
     check_cuda(cudaSetDevice(r->device), "execute: cudaSetDevice");
     check_cuda(cudaStreamSynchronize(r->stream), "execute: step failed on the GPU");
   }
+  if (o.hidden)
+    kernels::to_f32(
+        exe->host_hidden, exe->dt == Dt::BF16 ? DType::BF16 : DType::F16,
+        reinterpret_cast<float*>(static_cast<char*>(o.hidden->data) + o.hidden->byte_offset),
+        static_cast<size_t>(L) * static_cast<size_t>(exe->hidden));
 }
 
 }  // namespace
@@ -617,8 +550,11 @@ void agree_limits(halo_executable& exe, const halo_limits* lim, const halo_model
   exe.block_size = lim->block_size ? lim->block_size : 16;
   exe.kv_bytes_per_block = 2ull * static_cast<uint64_t>(s.num_layers) *
                            static_cast<uint64_t>(exe.block_size) * static_cast<uint64_t>(NKV) * 2u;
-  exe.lim = ExecLimits{exe.vocab, exe.max_num_seqs, exe.max_model_len, exe.max_num_batched_tokens,
-                       exe.block_size};
+  exe.lim =
+      ExecLimits{exe.vocab,      exe.max_num_seqs, exe.max_model_len, exe.max_num_batched_tokens,
+                 exe.block_size, exe.hidden};
+  // Any query count runs (eagerly, or in a verify graph): the proposal stands.
+  exe.spec_tokens = proposed_spec_tokens(lim);
 }
 
 // Kernel tiling: the attention tiles halved until they fit the GPU's shared
@@ -830,6 +766,7 @@ void prepare(halo_prepare_args* args) {
   set_kv_dtype(lim, exe->dt == Dt::BF16 ? HALO_KV_DTYPE_BF16 : HALO_KV_DTYPE_FP16);
   // GEMM inputs are 16-bit (fp32 accumulation), as the KV cache.
   set_compute_dtype(lim, exe->dt == Dt::BF16 ? HALO_COMPUTE_DTYPE_BF16 : HALO_COMPUTE_DTYPE_FP16);
+  set_spec_tokens(lim, exe->spec_tokens);
   args->executable = exe.release();
 }
 

@@ -28,6 +28,7 @@
 #include "halo/device_abi.h"
 #include "halo/plugin_support/validate.h"
 #include "kernels/quant_matmul.cuh"
+#include "step_plan.h"
 
 #if HALO_CUDA_HAVE_NCCL
 #include <nccl.h>
@@ -83,8 +84,9 @@ struct Rank {
   float *x = nullptr, *qkv = nullptr, *delta = nullptr, *gu = nullptr, *logits = nullptr;
   float *tmp_out = nullptr, *tmp_ml = nullptr;
   void *h = nullptr, *attn = nullptr, *act = nullptr, *hf = nullptr;
-  // Decode graphs by padded batch size, valid for one KV cache.
-  std::map<int, cudaGraphExec_t> graphs;
+  // Decode and verify graphs by (padded batch, rows per sequence), valid for
+  // one KV cache (step_plan.h).
+  std::map<GraphShape, cudaGraphExec_t> graphs;
   uint64_t graph_kv_id = 0;
   void drop_graphs();
 };
@@ -108,10 +110,16 @@ struct halo_executable {
   int32_t max_num_seqs = 0, max_model_len = 0, max_num_batched_tokens = 0, block_size = 0;
   uint64_t kv_bytes_per_block = 0;
   int32_t part_size = 512, max_parts = 1, q_tile = 1, kv_tile = 16, logits_chunk = 256, max_graph_batch = 0;
+  // v1.5: the proposed tokens per sequence a decode step verifies (agreed at
+  // prepare); verify graphs have 1 + spec_tokens rows per sequence.
+  int32_t spec_tokens = 0;
   std::vector<std::unique_ptr<halo::cuda::Rank>> ranks;
   // Pinned host staging of the packed step inputs.
   char* host_inputs = nullptr;
   size_t host_inputs_cap = 0;
+  // Pinned host staging of the 16-bit hidden_states rows (v1.5).
+  char* host_hidden = nullptr;
+  size_t host_hidden_cap = 0;
   ~halo_executable();
 };
 

@@ -1,4 +1,4 @@
-// The CUDA plugin: the halo_plugin_api table (device_abi.h v1.3). Loads and
+// The CUDA plugin: the halo_plugin_api table (device_abi.h v1.5). Loads and
 // answers on machines without a GPU or driver: the CUDA runtime is linked
 // statically and finds libcuda.so at run time, so device_count reports the
 // runtime's reason instead of the library failing to load.
@@ -14,8 +14,9 @@ namespace halo::cuda {
 
 namespace {
 
-constexpr uint32_t kCapabilities = HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_CHUNKED_PREFILL |
-                                   HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS | HALO_CAP_TENSOR_PARALLEL;
+constexpr uint32_t kCapabilities =
+    HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH |
+    HALO_CAP_BUFFERS | HALO_CAP_TENSOR_PARALLEL | HALO_CAP_HIDDEN_STATES;
 
 int check_device_index(const char* where, int32_t index) {
   const int n = visible_devices(where);
