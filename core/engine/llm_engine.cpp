@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
 #include "engine/block_hash.h"
 #include "common/error.h"
+#include "model/hf_hub.h"
 #include "text/guided/token_mask.h"
 
 namespace halo::engine {
@@ -113,7 +115,7 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   const int bs = limits_.block_size;
   if (speculative) check_verify_limit(speculative->num_speculative_tokens);
   auto draft = speculative && speculative->method == spec::SpeculativeConfig::Method::kDraftModel
-                   ? load_draft(speculative->model, options)
+                   ? load_draft(*speculative, options)
                    : nullptr;
   const int64_t num_blocks = kv_block_count(config_, limits_, spec, *plugin_, draft ? draft->kv_bytes_per_block() : 0);
   kv_cache_ = std::make_unique<device::KvCache>(executable_, static_cast<int>(num_blocks), bs);
@@ -149,15 +151,22 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
 
 LLMEngine::~LLMEngine() = default;
 
-std::unique_ptr<spec::DraftModelProposer> LLMEngine::load_draft(const std::string& dir,
+// The draft: a directory, or a Hugging Face id found in (or downloaded into)
+// the Hub cache as the target's is (HF_TOKEN, HF_HUB_OFFLINE, ...).
+std::unique_ptr<spec::DraftModelProposer> LLMEngine::load_draft(const spec::SpeculativeConfig& sc,
                                                                 const device::Options& options) {
   std::shared_ptr<const model::LoadedModel> draft;
+  std::filesystem::path dir;
   try {
+    model::HubOptions hub;
+    hub.revision = sc.revision;
+    dir = model::resolve_model(sc.model, hub);
     draft = std::make_shared<const model::LoadedModel>(model::LoadedModel::load(dir, load_options(config_)));
   } catch (const Error& e) {
-    throw Error(fmt::format("speculative_config model '{}': {}", dir, e.what()));
+    throw Error(fmt::format("speculative_config model '{}': {}", sc.model, e.what()));
   }
-  spdlog::info("speculative decoding: draft model {}", dir);
+  spdlog::info("speculative decoding: draft model {}{}", sc.model,
+               dir.string() == sc.model ? "" : " (" + dir.string() + ")");
   return std::make_unique<spec::DraftModelProposer>(device_, std::move(draft), model_->config().spec.vocab_size,
                                                     limits_, options);
 }

@@ -126,7 +126,8 @@ class LLMEngine {
   void check_verify_limit(int num_speculative_tokens) const;
   void install_proposer(std::unique_ptr<spec::Proposer> proposer);
   void start_speculation(spec::SpeculativeConfig sc, std::unique_ptr<spec::DraftModelProposer> draft);
-  std::unique_ptr<spec::DraftModelProposer> load_draft(const std::string& dir, const device::Options& options);
+  std::unique_ptr<spec::DraftModelProposer> load_draft(const spec::SpeculativeConfig& sc,
+                                                       const device::Options& options);
   bool guide_allows(const SamplingParams& p, GuideCursor c, size_t index, int32_t token) const;
   RequestOutput beam_output(BeamGroup& g);
   void mask_row(const SamplingParams& p, size_t output_len, GuideCursor c, std::span<float> logits) const;

@@ -242,7 +242,11 @@ TEST(SpeculativeConfig, LoadingKeysAreAcceptedAndListedAsIgnored) {
   EXPECT_EQ(c.ignored, (std::vector<std::string>{"code_revision", "disable_log_stats",
                                                  "disable_padded_drafter_batch",
                                                  "draft_tensor_parallel_size", "enforce_eager",
-                                                 "max_model_len", "quantization", "revision"}));
+                                                 "max_model_len", "quantization"}));
+  EXPECT_EQ(c.revision, "main") << "the draft's Hub revision is used";
+  EXPECT_EQ(parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2, "revision": "v"})").ignored,
+            std::vector<std::string>{"revision"})
+      << "ngram loads no model";
 }
 
 TEST(SpeculativeConfig, IgnoredKeysAreStillTypeChecked) {

@@ -9,9 +9,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <regex>
+
+#include <unistd.h>
 
 #include "common/error.h"
 #include "engine/async_engine.h"
@@ -316,6 +319,39 @@ TEST(SpecAsync, GuidedOutputMatchesPlainDecoding) {
        b = spec.generate({{prompt, o}})[0].choices.at(0);
   EXPECT_EQ(a.token_ids, b.token_ids);
   EXPECT_TRUE(std::regex_match(b.text, std::regex("(7 ){3,12}(ab|cd)"))) << b.text;
+}
+
+// {"model": ID} names the draft as vLLM does: a Hugging Face id, found here
+// in an offline Hub cache laid out as huggingface_hub lays it out.
+TEST(SpecConfigInEngine, ADraftGivenAsAHubIdIsFoundInTheCache) {
+  const fs::path cache = fs::temp_directory_path() / ("halo-spec-hub-" + std::to_string(::getpid()));
+  const fs::path snap = cache / "models--halo-test--pkgchat-5m-draft" / "snapshots" / "0123456789abcdef0123456789abcdef01234567";
+  fs::create_directories(snap);
+  fs::create_directories(snap.parent_path().parent_path() / "refs");
+  std::ofstream(snap.parent_path().parent_path() / "refs" / "main") << snap.filename().string();
+  for (const auto& f : fs::directory_iterator(model_dir("pkgchat-5m-draft")))
+    if (f.is_regular_file()) fs::create_symlink(f.path(), snap / f.path().filename());
+  ::setenv("HF_HUB_CACHE", cache.c_str(), 1);
+  ::setenv("HF_HUB_OFFLINE", "1", 1);
+  const std::string spec =
+      R"({"model": "halo-test/pkgchat-5m-draft", "num_speculative_tokens": 3, "disable_by_batch_size": 1000})";
+  std::vector<std::vector<int32_t>> got;
+  {
+    LLMEngine eng(config(spec), demo_model());
+    got = run_together(eng, quoting_prompts(8, 11), greedy(40));
+    EXPECT_GT(eng.stats().spec_num_accepted_tokens, 0u);
+  }
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], plain_outputs()[i]) << "prompt " << i;
+  try {
+    LLMEngine eng(config(R"({"model": "halo-test/no-such-draft", "num_speculative_tokens": 3})"), demo_model());
+    FAIL() << "a draft missing from the offline cache was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("halo-test/no-such-draft"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("HF_HUB_OFFLINE"), std::string::npos) << e.what();
+  }
+  ::unsetenv("HF_HUB_CACHE");
+  ::unsetenv("HF_HUB_OFFLINE");
+  fs::remove_all(cache);
 }
 
 TEST(SpecConfigInEngine, BeamSearchAndBadConfigsAreRefused) {

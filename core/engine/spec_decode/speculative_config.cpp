@@ -24,18 +24,18 @@ using Method = SpeculativeConfig::Method;
 constexpr int kDefaultPromptLookup = 5;
 
 // The keys halo reads.
-constexpr std::array<std::string_view, 6> kOwnKeys = {"method",
+constexpr std::array<std::string_view, 7> kOwnKeys = {"method",
                                                       "model",
+                                                      "revision",
                                                       "num_speculative_tokens",
                                                       "prompt_lookup_min",
                                                       "prompt_lookup_max",
                                                       "disable_by_batch_size"};
 
 // vLLM keys about how vLLM loads or runs the draft: accepted, checked, without effect.
-constexpr std::array<std::string_view, 8> kIgnoredKeys = {
+constexpr std::array<std::string_view, 7> kIgnoredKeys = {
     "draft_tensor_parallel_size",
     "max_model_len",
-    "revision",
     "code_revision",
     "quantization",
     "enforce_eager",
@@ -135,7 +135,7 @@ std::string text(std::string_view key, const Json& v) {
 
 // What the JSON said, before the method is known; nullopt: absent or null.
 struct Given {
-  std::optional<std::string> method, model;
+  std::optional<std::string> method, model, revision;
   std::optional<int> k, lookup_min, lookup_max, disable_by_batch_size;
   std::vector<std::string> ignored;
 };
@@ -146,6 +146,8 @@ void read_own(Given& g, const std::string& key, const Json& v) {
   } else if (key == "model") {
     g.model = text(key, v);
     if (g.model->empty()) wrong_value(key, "a non-empty string", v);
+  } else if (key == "revision") {
+    g.revision = text(key, v);
   } else if (key == "num_speculative_tokens") {
     g.k = integer(key, v, 1, kMaxSpeculativeTokens);
   } else if (key == "prompt_lookup_min") {
@@ -168,7 +170,7 @@ void check_ignored(const std::string& key, const Json& v) {
              key == "disable_log_stats") {
     if (!v.is_boolean()) wrong_value(key, "true or false", v);
   } else {
-    text(key, v);  // revision, code_revision, quantization
+    text(key, v);  // code_revision, quantization
   }
 }
 
@@ -247,10 +249,11 @@ Method infer_method(const Given& g) {
   return Method::kDraftModel;
 }
 
-void resolve_ngram(const Given& g, SpeculativeConfig& c) {
+void resolve_ngram(Given& g, SpeculativeConfig& c) {
   if (g.model && !names_ngram(*g.model))
     fail(fmt::format("'model' \"{}\" is for method draft_model; method ngram takes no model",
                      *g.model));
+  if (g.revision) g.ignored.push_back("revision");
   c.prompt_lookup_min = g.lookup_min.value_or(g.lookup_max.value_or(kDefaultPromptLookup));
   c.prompt_lookup_max = g.lookup_max.value_or(g.lookup_min.value_or(kDefaultPromptLookup));
   if (c.prompt_lookup_min > c.prompt_lookup_max)
@@ -270,6 +273,7 @@ void resolve_draft_model(Given& g, SpeculativeConfig& c) {
     fail(fmt::format("'model' \"{}\": vLLM runs a draft so named as method {}; {}", *g.model, *m,
                      kSupported));
   c.model = *g.model;
+  c.revision = g.revision.value_or("");
   // vLLM drops the ngram window for other methods.
   if (g.lookup_min) g.ignored.push_back("prompt_lookup_min");
   if (g.lookup_max) g.ignored.push_back("prompt_lookup_max");
@@ -290,6 +294,7 @@ std::string SpeculativeConfig::to_json() const {
     j["prompt_lookup_max"] = prompt_lookup_max;
   } else {
     j["model"] = model;
+    if (!revision.empty()) j["revision"] = revision;
   }
   if (disable_by_batch_size != 0) j["disable_by_batch_size"] = disable_by_batch_size;
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);

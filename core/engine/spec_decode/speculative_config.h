@@ -23,6 +23,7 @@ struct SpeculativeConfig {
   // value (vLLM's defaults). 1 <= min <= max.
   int prompt_lookup_min = 0, prompt_lookup_max = 0;
   std::string model;              // draft_model only: the draft's directory or Hugging Face id
+  std::string revision;           // draft_model only: the Hub revision of `model` ("" = main)
   int disable_by_batch_size = 0;  // 0 = unset (the engine picks); else >= 2: no speculation
                                   // while this many sequences run
   // Keys accepted but without effect in halo, sorted, for the caller to log.
