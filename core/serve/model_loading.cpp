@@ -11,6 +11,8 @@
 #include "common/error.h"
 #include "device/plugin.h"
 #include "engine/llm_engine.h"
+#include "engine/spec_decode/speculative_config.h"
+#include "model/hf_hub.h"
 #include "model/gguf_model.h"
 #include "model/model_loader.h"
 #include "serve/tokenizer_files.h"
@@ -57,12 +59,34 @@ uint64_t weight_file_bytes(const fs::path& dir) {
   return total;
 }
 
+DraftFootprint draft_footprint(const ModelSettings& s, uint32_t device_kv_dtypes) {
+  if (s.engine.speculative_config.empty()) return {};
+  const auto sc = engine::spec::parse_speculative_config(s.engine.speculative_config);
+  if (sc.method != engine::spec::SpeculativeConfig::Method::kDraftModel) return {};
+  fs::path dir;
+  try {  // what the engine will load, if it is here already (a Hub id not yet downloaded is not)
+    model::HubOptions hub;
+    hub.revision = sc.revision;
+    hub.offline = true;
+    hub.progress = false;
+    dir = model::resolve_model(sc.model, hub);
+  } catch (const Error&) {
+    return {};
+  }
+  const auto c = model::load_config(dir);
+  return {weight_file_bytes(dir),
+          kv_bytes_per_token(c, kv_element_bytes(c, device_kv_dtypes, s.engine.kv_cache_dtype))};
+}
+
 MemoryEstimate estimate_memory(const ModelSettings& s, const model::ModelConfig& c,
                                uint64_t weights, uint64_t left, uint32_t device_kv_dtypes) {
   MemoryEstimate m;
-  m.weights = weights;
+  // A draft model's weights, and its KV beside the target's in every block.
+  const DraftFootprint draft = draft_footprint(s, device_kv_dtypes);
+  m.weights = weights + draft.weights;
   m.kv_bytes_per_token =
-      kv_bytes_per_token(c, kv_element_bytes(c, device_kv_dtypes, s.engine.kv_cache_dtype));
+      kv_bytes_per_token(c, kv_element_bytes(c, device_kv_dtypes, s.engine.kv_cache_dtype)) +
+      draft.kv_bytes_per_token;
   const auto& e = s.engine;
   auto from = [&](const char* key) {
     auto it = s.origin.find(key);
@@ -78,7 +102,7 @@ MemoryEstimate estimate_memory(const ModelSettings& s, const model::ModelConfig&
   } else {
     // The fraction of what is left after the weights, capped at every
     // sequence at full length (the engine's own cap).
-    double budget = left > weights ? double(left - weights) * e.device_memory_utilization : 0.0;
+    double budget = left > m.weights ? double(left - m.weights) * e.device_memory_utilization : 0.0;
     uint64_t seqs = e.max_num_seqs > 0 ? uint64_t(e.max_num_seqs) : 256;
     uint64_t len = e.max_model_len > 0 ? uint64_t(e.max_model_len)
                                        : uint64_t(std::max(1, c.max_position_embeddings));

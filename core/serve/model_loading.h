@@ -42,7 +42,16 @@ uint64_t kv_bytes_per_token(const model::ModelConfig& config, uint64_t element_b
 // Bytes of the weight files (*.safetensors) in `dir`.
 uint64_t weight_file_bytes(const std::filesystem::path& dir);
 
-// What the model will take, given `left` bytes free on its device.
+// A speculative_config draft model's weights and KV bytes per token (zero
+// without one, or when it is a Hub id not in the cache yet).
+struct DraftFootprint {
+  uint64_t weights = 0;
+  uint64_t kv_bytes_per_token = 0;
+};
+DraftFootprint draft_footprint(const ModelSettings& s, uint32_t device_kv_dtypes);
+
+// What the model will take, given `left` bytes free on its device, its
+// speculative_config draft included.
 MemoryEstimate estimate_memory(const ModelSettings& s, const model::ModelConfig& config, uint64_t weights,
                                uint64_t left, uint32_t device_kv_dtypes);
 

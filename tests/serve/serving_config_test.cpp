@@ -150,6 +150,26 @@ TEST_F(ServingFiles, ModelJsonAndPbtxt) {
   EXPECT_NE(models[1].error.find("no version directory with a model.json"), std::string::npos);
 }
 
+// A draft model counts in the memory estimate: its weight files, and its KV
+// (the same blocks hold both models' entries). Both from its own files.
+TEST(MemoryEstimate, CountsTheDraftModel) {
+  const fs::path models = fs::path(HALO_SOURCE_DIR) / "models";
+  const auto target = model::load_config(models / "pkgchat-5m");
+  ModelSettings s;
+  s.engine.max_kv_tokens = 1000;
+  const auto plain = estimate_memory(s, target, 100, 1ull << 40, 0);
+  s.engine.speculative_config = R"({"model": ")" + (models / "pkgchat-5m-draft").string() +
+                                R"(", "num_speculative_tokens": 3})";
+  const auto with_draft = estimate_memory(s, target, 100, 1ull << 40, 0);
+  const auto draft = model::load_config(models / "pkgchat-5m-draft");
+  const uint64_t draft_kv = 2ull * draft.spec.num_layers * draft.spec.num_kv_heads * draft.spec.head_dim * 2;
+  EXPECT_EQ(with_draft.weights, 100 + fs::file_size(models / "pkgchat-5m-draft" / "model.safetensors"));
+  EXPECT_EQ(with_draft.kv_bytes_per_token, plain.kv_bytes_per_token + draft_kv);
+  EXPECT_EQ(with_draft.kv, 1000 * with_draft.kv_bytes_per_token);
+  s.engine.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 3})";
+  EXPECT_EQ(estimate_memory(s, target, 100, 1ull << 40, 0).total(), plain.total()) << "ngram loads nothing";
+}
+
 TEST(MemoryPlan, RefusesWithTheNumbers) {
   MemoryPlan plan;
   MemoryEstimate a{100u << 20, 400u << 20, 1024, "kv-cache-memory from x"};
