@@ -117,7 +117,13 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   auto draft = speculative && speculative->method == spec::SpeculativeConfig::Method::kDraftModel
                    ? load_draft(*speculative, options)
                    : nullptr;
-  const int64_t num_blocks = kv_block_count(config_, limits_, spec, *plugin_, draft ? draft->kv_bytes_per_block() : 0);
+  // The draft's prepare answered after the target's weights were in: its
+  // budget is what both leave.
+  halo_limits kv_limits = limits_;
+  if (draft)
+    kv_limits.kv_memory_available = std::min(kv_limits.kv_memory_available, draft->limits().kv_memory_available);
+  const int64_t num_blocks =
+      kv_block_count(config_, kv_limits, spec, *plugin_, draft ? draft->kv_bytes_per_block() : 0);
   kv_cache_ = std::make_unique<device::KvCache>(executable_, static_cast<int>(num_blocks), bs);
   blocks_ = std::make_unique<KvBlockManager>(
       static_cast<int>(num_blocks), bs, config_.enable_prefix_caching,

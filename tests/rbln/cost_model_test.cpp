@@ -60,6 +60,36 @@ class CostModel : public ::testing::Test {
     return c;
   }
 
+  // TinyLlama-1.1B's shape: 22 layers, hidden 2048, 32/4 heads, intermediate 5632, vocab 32000.
+  ze_rbln_decoder_desc_t tinyllama() const {
+    ze_rbln_decoder_desc_t m = llama_1b();
+    m.vocab = 32000;
+    m.intermediate = 5632;
+    m.layers = 22;
+    m.kv_heads = 4;
+    return m;
+  }
+
+  // A decode (k = 0) or a verify of k proposed tokens per sequence (halo compile
+  // --num-speculative-tokens k): batch sequences of k + 1 rows, the last row of each at
+  // context ctx, logits for every row.
+  static ze_rbln_cost_t step(const ze_rbln_decoder_desc_t& m, uint32_t batch, uint32_t k,
+                             int32_t ctx) {
+    ze_rbln_graph_desc_t g{};
+    g.kind = k == 0 ? ZE_RBLN_GRAPH_DECODE : ZE_RBLN_GRAPH_VERIFY;
+    g.rows = batch * (k + 1);
+    g.tokens_per_seq = k + 1;
+    g.max_seq_len = 4096;
+    g.model = &m;
+    g.num_devices = 1;
+    std::vector<int32_t> ctxs(g.rows);
+    for (uint32_t r = 0; r < g.rows; ++r) ctxs[r] = ctx - int32_t(k - r % (k + 1));
+    ze_rbln_cost_t c{};
+    EXPECT_EQ(zeRblnGraphEstimate(&g, ctxs.data(), g.rows, &c), ZE_RESULT_SUCCESS)
+        << zeRblnGetLastErrorMessage();
+    return c;
+  }
+
   static ze_rbln_sim_properties_t props_;
 };
 ze_rbln_sim_properties_t CostModel::props_{};
@@ -138,6 +168,69 @@ TEST_F(CostModel, PrefillIsComputeBound) {
   ze_rbln_cost_t c{};
   ASSERT_EQ(zeRblnGraphEstimate(&g, ctx.data(), 1, &c), ZE_RESULT_SUCCESS);
   EXPECT_GT(c.compute_s, c.memory_s);
+}
+
+// Speculative decoding's verify step (docs/rbln.md): the weights are read once per step as in a
+// decode, so verifying 4 proposals at batch 1 costs little more than decoding one token when
+// the step is bound by that read; the rows' FLOPs, their attention and their K/V writes are
+// still charged, and once the rows outgrow the read (b = 32: 160 rows) the verify is compute
+// bound and costs visibly more.
+TEST_F(CostModel, VerifyCostsLittleMoreThanDecodeWhenBandwidthBound) {
+  const struct {
+    const char* name;
+    ze_rbln_decoder_desc_t m;
+  } shapes[] = {{"llama-3.2-1b", llama_1b()}, {"tinyllama-1.1b", tinyllama()}};
+  for (const auto& sh : shapes) {
+    for (int32_t ctx : {512, 4096}) {
+      const ze_rbln_cost_t d = step(sh.m, 1, 0, ctx), v = step(sh.m, 1, 4, ctx);
+      std::printf("%s ctx %d: decode b1 %.3f ms, verify b1 k4 %.3f ms (+%.1f us, %.4fx)\n", sh.name,
+                  ctx, 1e3 * d.total_s, 1e3 * v.total_s, 1e6 * (v.total_s - d.total_s),
+                  v.total_s / d.total_s);
+      EXPECT_GT(v.memory_s, v.compute_s) << sh.name << ": a 5-row verify is still memory bound";
+      EXPECT_LE(v.total_s, 1.2 * d.total_s) << sh.name << " ctx " << ctx;
+      EXPECT_GT(v.total_s, d.total_s) << sh.name << ": a verify is not free";
+      // 5 rows of FLOPs, but the weights and the sequence's K/V are read once.
+      EXPECT_NEAR(v.flops / d.flops, 5.0, 0.2);
+      EXPECT_LT(v.dram_bytes, 1.01 * d.dram_bytes);
+    }
+  }
+  for (uint32_t b : {1u, 2u, 4u, 8u, 32u}) {
+    const ze_rbln_cost_t d = step(llama_1b(), b, 0, 1024), v = step(llama_1b(), b, 4, 1024);
+    std::printf("llama-3.2-1b ctx 1024 batch %u: decode %.3f ms, verify k4 %.3f ms (%.4fx)\n", b,
+                1e3 * d.total_s, 1e3 * v.total_s, v.total_s / d.total_s);
+    EXPECT_GT(v.total_s, d.total_s) << "batch " << b;
+    EXPECT_GT(v.flops, 4.5 * d.flops) << "batch " << b;
+    if (b <= 8) {
+      EXPECT_LE(v.total_s, 1.2 * d.total_s) << "batch " << b;
+    }
+  }
+  const ze_rbln_cost_t d32 = step(llama_1b(), 32, 0, 1024), v32 = step(llama_1b(), 32, 4, 1024);
+  EXPECT_GT(v32.compute_s, v32.memory_s)
+      << "160 rows are past the roofline's ridge (~103 FLOP/byte)";
+  EXPECT_GT(v32.total_s, 1.2 * d32.total_s);
+}
+
+// A verify's padding rows (a sequence with fewer proposals) attend to nothing: a verify whose
+// sequences all carry fewer rows costs no more than a full one, and a graph whose rows are not
+// whole sequences is refused.
+TEST_F(CostModel, VerifyPaddingAndShape) {
+  const ze_rbln_decoder_desc_t m = llama_1b();
+  ze_rbln_graph_desc_t g{};
+  g.kind = ZE_RBLN_GRAPH_VERIFY;
+  g.rows = 8;
+  g.tokens_per_seq = 4;
+  g.max_seq_len = 4096;
+  g.model = &m;
+  g.num_devices = 1;
+  const std::vector<int32_t> full{1021, 1022, 1023, 1024, 1021, 1022, 1023, 1024},
+      padded{1023, 1024, 0, 0, 1024, 0, 0, 0};
+  ze_rbln_cost_t a{}, b{};
+  ASSERT_EQ(zeRblnGraphEstimate(&g, full.data(), 8, &a), ZE_RESULT_SUCCESS);
+  ASSERT_EQ(zeRblnGraphEstimate(&g, padded.data(), 3, &b), ZE_RESULT_SUCCESS);
+  EXPECT_LE(b.total_s, a.total_s);
+  EXPECT_LT(b.flops, a.flops);
+  g.rows = 7;
+  EXPECT_EQ(zeRblnGraphEstimate(&g, full.data(), 7, &a), ZE_RESULT_ERROR_INVALID_ARGUMENT);
 }
 
 }  // namespace

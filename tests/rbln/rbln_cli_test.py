@@ -1,6 +1,7 @@
 """End-to-end checks of --device rbln through the real `halo` binary: compile then
 generate at TP 1/2/4 equals the CPU plugin, the static-limit errors, the memory
-refusal, fault injection and the bench report. Run by ctest with Debian's python3."""
+refusal, fault injection, the bench report and speculative decoding on verify
+programs. Run by ctest with Debian's python3."""
 import argparse
 import json
 import os
@@ -26,6 +27,10 @@ def halo(*args, check=True, env=None, timeout=300):
 def generate_ids(model, device, *extra, env=None):
     args = ["generate", model, "--device", device, "--output", "json", "--log-level", "warn",
             "--temperature", "0", "--max-tokens", "24", "--ignore-eos", *extra]
+    if device == "cpu":
+        # The simulator's host arithmetic is the CPU plugin's AVX512-BF16 (vdpbf16ps) path; its AMX
+        # path (tdpbf16ps, the default where the CPU has it) rounds differently in the low bits.
+        env = {"HALO_GEMM_AMX": "0", **(env or {})}
     out = halo(*args, env=env).stdout
     return [json.loads(line)["token_ids"] for line in out.splitlines() if line.strip()]
 
@@ -364,6 +369,128 @@ class ServeFault(unittest.TestCase):
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+class Speculative(unittest.TestCase):
+    """halo compile --num-speculative-tokens 3: verify programs (one per decode bucket, 4 rows a
+    sequence) beside the decode programs; speculation on them (prompt lookup, and the shipped draft
+    compiled the same way) gives plain decoding's greedy output with proposals accepted, at batch 1
+    and batched; the flag's limits and the refusals name it."""
+
+    NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1,
+             "disable_by_batch_size": 1000}  # proposals at every batch size: verifies of 1..4 sequences
+
+    @classmethod
+    def setUpClass(cls):
+        src = os.path.join(ARGS.source_dir, "models")
+        shape = ("--max-seq-len", "256", "--num-speculative-tokens", "3")
+        cls.target = {b: compile_model(os.path.join(src, "pkgchat-5m"), f"pkgchat-k3-b{b}", "--batch-size", str(b),
+                                       *shape) for b in (1, 4)}
+        cls.draft = {b: compile_model(os.path.join(src, "pkgchat-5m-draft"), f"pkgchat-draft-k3-b{b}",
+                                      "--batch-size", str(b), *shape) for b in (1, 4)}
+        cls.dataset = os.path.join(ARGS.source_dir, "benchmarks", "data", "quoting_prompts.jsonl")
+
+    def bench(self, model, spec, name, *extra):
+        """halo bench throughput: plain decoding then speculative decoding of the same 8 prompts that
+        quote a package description (greedy, 32 tokens each); the report of both runs."""
+        path = os.path.join(TMP, f"spec-{name}.json")
+        halo("bench", "throughput", model, "--device", "rbln", "--dataset", self.dataset, "--num-prompts", "8",
+             "--output-len", "32", "--speculative-config", json.dumps(spec), "--output-json", path,
+             "--log-level", "warn", *extra)
+        r = load_json(path)
+        s = r["speculative"]
+        print(f"rbln speculative {name}: acceptance {s['spec_acceptance_rate']:.3f}, mean length "
+              f"{s['spec_mean_accepted_length']:.2f}, device s {r['batched']['device']['seconds']:.6f} -> "
+              f"{s['device']['seconds']:.6f}", file=sys.stderr)
+        self.assertEqual(s["outputs_equal_to_plain"], 8, name)
+        self.assertGreater(s["spec_acceptance_rate"], 0.1, name)  # proposals were verified and accepted
+        return r
+
+    def test_manifest_programs_and_summary(self):
+        m = load_json(os.path.join(self.target[4], "manifest.json"))
+        self.assertEqual(m["num_speculative_tokens"], 3)
+        verify = {p["name"]: p for p in m["programs"] if p["kind"] == "verify"}
+        self.assertEqual(sorted(verify), ["verify_b1", "verify_b2", "verify_b4"])
+        g = load_json(os.path.join(self.target[4], "programs", "verify_b4.json"))["graph"]
+        self.assertEqual((g["rows"], g["tokens_per_seq"]), (16, 4))
+        decode = {p["name"]: p for p in m["programs"] if p["kind"] == "decode"}
+        for b in (1, 2, 4):
+            v, d = verify[f"verify_b{b}"], decode[f"decode_b{b}"]
+            self.assertEqual(v["tokens"], 4)
+            # One read of the weights, as a decode: a little more, not 4x.
+            ratio = v["estimate_at_max_seq_len"]["total_s"] / d["estimate_at_max_seq_len"]["total_s"]
+            self.assertGreater(ratio, 1.0)
+            self.assertLess(ratio, 1.2)
+            self.assertGreater(v["decode_ratio_at_ctx_1024"], 1.0)
+        p = halo("compile", os.path.join(ARGS.source_dir, "models", "pkgchat-5m"), "--device", "rbln",
+                 "--batch-size", "4", "--max-seq-len", "256", "--num-speculative-tokens", "3", "--dry-run").stdout
+        self.assertIn("num_speculative_tokens=3", p)
+        self.assertIn("programs: 7 (1 prefill, 3 decode, 3 verify)", p)
+        self.assertRegex(p, r"program verify_b1 +batch +1 x +4 tokens: .* 1\.\d{3}x decode_b1")
+
+    def test_flag_limits_name_the_flag(self):
+        src = os.path.join(ARGS.source_dir, "models", "pkgchat-5m")
+        for k, max_len, want in (("17", "256", "--num-speculative-tokens=17 is outside [0, 16]"),
+                                 ("8", "8", "--num-speculative-tokens=8 needs 9 tokens per sequence")):
+            p = halo("compile", src, "--device", "rbln", "--max-seq-len", max_len, "--num-speculative-tokens", k,
+                     "--dry-run", check=False)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn(want, p.stderr)
+        # The logits buffer holds a verify's rows: 64 x 4 = 256 rows of 4096 floats, 4 MiB (a prefill
+        # chunk's 128 rows without verify programs).
+        for k, buffers in (("0", "buffers 0.002 GiB"), ("3", "buffers 0.004 GiB")):
+            p = halo("compile", src, "--device", "rbln", "--batch-size", "64", "--max-seq-len", "256",
+                     "--num-speculative-tokens", k, "--dry-run")
+            self.assertIn(buffers, p.stdout)
+
+    def test_ngram_greedy_equal_batch_1(self):
+        self.bench(self.target[1], self.NGRAM, "ngram-b1")
+
+    def test_ngram_greedy_equal_batched(self):
+        r = self.bench(self.target[4], self.NGRAM, "ngram-b4")
+        self.assertEqual(r["speculative"]["max_running"], 4)
+        # Fewer steps at almost the cost of a decode each: less simulated device time.
+        self.assertLess(r["speculative"]["device"]["seconds"], r["batched"]["device"]["seconds"])
+        # The CLI's own path (AsyncEngine): the chat prompts (5 on a batch-4 build) and 3 quoting ones.
+        with open(self.dataset) as f:
+            quoting = [json.loads(line)["prompt"] for line in f][:3]
+        spec = ("--speculative-config", json.dumps(self.NGRAM))
+        for prompts in (prompt_args(True), sum((["--prompt", q] for q in quoting), [])):
+            plain = generate_json(self.target[4], "rbln", *prompts, "--max-tokens", "32")
+            got = generate_json(self.target[4], "rbln", *prompts, "--max-tokens", "32", *spec)
+            self.assertEqual([(o["token_ids"], o["text"]) for o in got],
+                             [(o["token_ids"], o["text"]) for o in plain])
+
+    def test_draft_model_greedy_equal(self):
+        spec = {"model": self.draft[1], "num_speculative_tokens": 3}
+        self.bench(self.target[1], spec, "draft-b1")
+        spec = {"model": self.draft[4], "num_speculative_tokens": 3, "disable_by_batch_size": 1000}
+        # 3 KV blocks on a batch-4 build: verifies of up to 3 sequences in the 4-sequence program.
+        r = self.bench(self.target[4], spec, "draft-b4", "--max-kv-tokens", "768")
+        self.assertEqual(r["speculative"]["max_running"], 3)
+        # The draft's weights and KV cache on the same chip, beside the target's.
+        draft_weights = load_json(os.path.join(self.draft[4], "manifest.json"))["memory_per_chip"][0]["weights_bytes"]
+        used = r["speculative"]["device"]["chip_memory_used_bytes"][0] - r["batched"]["device"]["chip_memory_used_bytes"][0]
+        self.assertGreater(used, draft_weights)
+
+    def test_refusals_name_the_compile_flag(self):
+        plain = compile_model(os.path.join(ARGS.source_dir, "models", "pkgchat-5m"), "pkgchat-5m-tp1",
+                              "--batch-size", "4", "--max-seq-len", "256", "--tensor-parallel-size", "1")
+        cases = ((plain, self.NGRAM, "compile it with `halo compile --num-speculative-tokens 3`"),
+                 (self.target[4], {**self.NGRAM, "num_speculative_tokens": 4},
+                  "compiled with --num-speculative-tokens 3"))
+        for model, spec, want in cases:
+            p = halo("generate", model, "--device", "rbln", "--prompt", "hi", "--max-tokens", "2",
+                     "--speculative-config", json.dumps(spec), check=False)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn(want, p.stderr)
+        # A draft compiled without verify programs cannot mirror the target's verifies.
+        draft = compile_model(os.path.join(ARGS.source_dir, "models", "pkgchat-5m-draft"), "pkgchat-draft-k0",
+                              "--batch-size", "4", "--max-seq-len", "256")
+        p = halo("generate", self.target[4], "--device", "rbln", "--prompt", "hi", "--max-tokens", "2",
+                 "--speculative-config", json.dumps({"model": draft, "num_speculative_tokens": 3}), check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("compile the draft with --num-speculative-tokens 3", p.stderr)
 
 
 class Report(unittest.TestCase):

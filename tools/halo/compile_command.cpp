@@ -34,6 +34,7 @@ struct CompileOptions {
   std::string quantization = "none";
   int quantization_group_size = 0;
   std::string decode_buckets;
+  int num_speculative_tokens = 0;  // verify programs for speculative decoding (0: none)
   std::string out_dir;
   std::string profile;
   bool dry_run = false;
@@ -41,6 +42,61 @@ struct CompileOptions {
 };
 
 std::string gib(uint64_t b) { return fmt::format("{:.3f} GiB", double(b) / double(1ull << 30)); }
+
+// The plugin's JSON summary: shapes, memory per chip, each program's estimate.
+void print_summary(const char* summary) {
+  auto j = nlohmann::json::parse(summary, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return;
+  // A plugin that stores quantized weights says so in "quantization" (rbln: int8).
+  const auto q = j.find("quantization");
+  const std::string quant = q != j.end() && q->is_object()
+                                ? fmt::format(" quantization={}", q->value("type", "?"))
+                                : std::string();
+  const int spec = j.value("num_speculative_tokens", 0);
+  fmt::print(
+      "{} for {} ({}): batch_size={} max_seq_len={} kv_block_size={} tensor_parallel_size={} "
+      "dtype={}{} "
+      "decode_buckets={}{}\n",
+      j.value("compiler_version", "?"), j.value("device", "?"), j.value("device_profile", "?"),
+      j.value("batch_size", 0), j.value("max_seq_len", 0), j.value("kv_block_size", 0),
+      j.value("tensor_parallel_size", 0), j.value("dtype", "?"), quant, j["decode_buckets"].dump(),
+      spec > 0 ? fmt::format(" num_speculative_tokens={}", spec) : std::string());
+  for (const auto& c : j["memory_per_chip"])
+    fmt::print("  chip {}: weights {} + KV {} + buffers {} = {} of {}\n", c["chip"].get<int>(),
+               gib(c["weights_bytes"]), gib(c["kv_bytes"]), gib(c["buffers_bytes"]),
+               gib(c["total_bytes"]), gib(c["capacity_bytes"]));
+  std::vector<std::pair<std::string, int>>
+      kinds;  // programs per kind, in order: prefill, decode, verify
+  for (const auto& p : j["programs"]) {
+    const std::string kind = p.value("kind", "?");
+    if (kinds.empty() || kinds.back().first != kind) kinds.emplace_back(kind, 0);
+    ++kinds.back().second;
+  }
+  std::string counts;
+  for (const auto& [kind, n] : kinds)
+    counts += fmt::format("{}{} {}", counts.empty() ? "" : ", ", n, kind);
+  fmt::print("  programs: {} ({})\n", j["programs"].size(), counts);
+  // The compiler estimates decode and verify at a context of min(1024, max_seq_len).
+  const std::string decode_label =
+      fmt::format("context {}", std::min(1024, j.value("max_seq_len", 1024)));
+  for (const auto& p : j["programs"]) {
+    const auto& e =
+        p.contains("estimate_at_ctx_1024") ? p["estimate_at_ctx_1024"] : p["estimate_first_chunk"];
+    const std::string ratio =
+        p.contains("decode_ratio_at_ctx_1024")
+            ? fmt::format(", {:.3f}x decode_b{}", p["decode_ratio_at_ctx_1024"].get<double>(),
+                          p["batch"].get<int>())
+            : std::string();
+    fmt::print(
+        "  program {:<12} batch {:>3} x {:>4} tokens: {:.3f} ms simulated "
+        "({}: compute {:.3f} / memory {:.3f} / link {:.3f} ms{})\n",
+        p["name"].get<std::string>(), p["batch"].get<int>(), p["tokens"].get<int>(),
+        1e3 * e["total_s"].get<double>(),
+        p.contains("estimate_at_ctx_1024") ? decode_label : "first chunk",
+        1e3 * e["compute_s"].get<double>(), 1e3 * e["memory_s"].get<double>(),
+        1e3 * e["link_s"].get<double>(), ratio);
+  }
+}
 
 void run_compile(const CompileOptions& o) {
   const fs::path dir = model::resolve_model(o.model_dir, o.hub);
@@ -65,6 +121,8 @@ void run_compile(const CompileOptions& o) {
                           {"dry_run", o.dry_run ? "1" : "0"}};
   if (o.max_seq_len > 0) opts.emplace_back("max_seq_len", std::to_string(o.max_seq_len));
   if (!o.decode_buckets.empty()) opts.emplace_back("decode_buckets", o.decode_buckets);
+  if (o.num_speculative_tokens != 0)
+    opts.emplace_back("num_speculative_tokens", std::to_string(o.num_speculative_tokens));
   if (!o.profile.empty()) opts.emplace_back("profile", o.profile);
   std::vector<halo_option> c_opts;
   for (const auto& [k, v] : opts) c_opts.push_back({k.c_str(), v.c_str()});
@@ -84,44 +142,13 @@ void run_compile(const CompileOptions& o) {
   args.num_quantized_weights = model.quantized_weights().size();
   args.summary = summary.data();
   args.summary_capacity = summary.size();
-  auto print_summary = [&] {
-    auto j = nlohmann::json::parse(summary.data(), nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return;
-    // A plugin that stores quantized weights says so in "quantization" (rbln: int8).
-    const auto q = j.find("quantization");
-    const std::string quant = q != j.end() && q->is_object()
-                                  ? fmt::format(" quantization={}", q->value("type", "?"))
-                                  : std::string();
-    fmt::print(
-        "{} for {} ({}): batch_size={} max_seq_len={} kv_block_size={} tensor_parallel_size={} "
-        "dtype={}{} "
-        "decode_buckets={}\n",
-        j.value("compiler_version", "?"), j.value("device", "?"), j.value("device_profile", "?"),
-        j.value("batch_size", 0), j.value("max_seq_len", 0), j.value("kv_block_size", 0),
-        j.value("tensor_parallel_size", 0), j.value("dtype", "?"), quant,
-        j["decode_buckets"].dump());
-    for (const auto& c : j["memory_per_chip"])
-      fmt::print("  chip {}: weights {} + KV {} + buffers {} = {} of {}\n", c["chip"].get<int>(),
-                 gib(c["weights_bytes"]), gib(c["kv_bytes"]), gib(c["buffers_bytes"]), gib(c["total_bytes"]),
-                 gib(c["capacity_bytes"]));
-    // The compiler estimates decode at a context of min(1024, max_seq_len).
-    const std::string decode_label = fmt::format("context {}", std::min(1024, j.value("max_seq_len", 1024)));
-    for (const auto& p : j["programs"]) {
-      const auto& e = p.contains("estimate_at_ctx_1024") ? p["estimate_at_ctx_1024"] : p["estimate_first_chunk"];
-      fmt::print("  program {:<12} batch {:>3} x {:>4} tokens: {:.3f} ms simulated ({}: compute {:.3f} / memory {:.3f} / "
-                 "link {:.3f} ms)\n",
-                 p["name"].get<std::string>(), p["batch"].get<int>(), p["tokens"].get<int>(),
-                 1e3 * e["total_s"].get<double>(), p.contains("estimate_at_ctx_1024") ? decode_label : "first chunk",
-                 1e3 * e["compute_s"].get<double>(), 1e3 * e["memory_s"].get<double>(), 1e3 * e["link_s"].get<double>());
-    }
-  };
   try {
     plugin->check(plugin->api().compile(&args), "compile");
   } catch (...) {
-    print_summary();
+    print_summary(summary.data());
     throw;
   }
-  print_summary();
+  print_summary(summary.data());
   if (o.dry_run) return;
   // The core reads the spec and the tokenizer from the compiled directory.
   for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
@@ -166,6 +193,11 @@ void add_compile_command(CLI::App& app) {
                   "Inputs sharing one scale for int4 (0: 32)");
   cmd->add_option("--decode-buckets", o->decode_buckets,
                   "Batch sizes of the decode programs, e.g. 4,2,1 (default: halving from --batch-size)");
+  cmd->add_option(
+         "--num-speculative-tokens", o->num_speculative_tokens,
+         "Proposed tokens per sequence the verify programs check, for speculative decoding "
+         "(--speculative-config with num_speculative_tokens up to this; 0: no verify programs)")
+      ->capture_default_str();
   cmd->add_option("-o,--output", o->out_dir, "Output directory of the compiled model");
   cmd->add_option("--profile", o->profile, "Device profile YAML (default: HALO_RBLN_PROFILE or configs/rbln-atom.yaml)");
   cmd->add_flag("--dry-run", o->dry_run, "Check memory and print the estimates without writing anything");

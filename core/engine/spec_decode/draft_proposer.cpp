@@ -26,8 +26,12 @@ DraftModelProposer::DraftModelProposer(std::shared_ptr<device::Device> device,
                     mc.max_position_embeddings, target.max_model_len));
   limits_ = target;
   std::vector<halo_named_tensor> weights(model_->weights().begin(), model_->weights().end());
-  executable_ = std::make_shared<device::Executable>(std::move(device), mc.spec, weights, limits_,
-                                                     options, model_->quantized_weights());
+  try {
+    executable_ = std::make_shared<device::Executable>(std::move(device), mc.spec, weights, limits_,
+                                                       options, model_->quantized_weights());
+  } catch (const Error& e) {
+    throw Error(fmt::format("speculative_config model: the device could not prepare the draft: {}", e.what()));
+  }
   limits_ = executable_->limits();
   if (limits_.block_size != target.block_size || limits_.max_model_len < target.max_model_len ||
       limits_.max_num_batched_tokens < target.max_num_batched_tokens ||

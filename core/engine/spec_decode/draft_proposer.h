@@ -33,6 +33,9 @@ class DraftModelProposer : public Proposer {
   ~DraftModelProposer() override;
 
   uint64_t kv_bytes_per_block() const { return limits_.kv_bytes_per_block; }
+  // What the device agreed for the draft; its kv_memory_available counts the
+  // memory both models' weights take.
+  const halo_limits& limits() const { return limits_; }
   // Allocates the draft's KV: as many blocks as the target's pool.
   void attach(KvBlockManager& blocks);
 

@@ -597,7 +597,9 @@ typedef struct halo_buffer_to_host_args {
  * the weights and writes a compiled model directory (a manifest plus whatever
  * the plugin needs) to out_dir. Options are plugin specific (e.g.
  * batch_size, max_seq_len, tensor_parallel_size, dtype, decode_buckets,
- * dry_run=1 to check and estimate without writing). The plugin writes a
+ * num_speculative_tokens for verify programs (v1.5; the conformance suite
+ * passes it under that name), dry_run=1 to check and estimate without
+ * writing). The plugin writes a
  * NUL-terminated JSON summary (memory per chip, estimates) into `summary` when
  * it is not NULL, truncated to summary_capacity bytes. */
 typedef struct halo_compile_args {

@@ -9,7 +9,10 @@
 //               activations (M*(K+N)*activation_bytes) fit in SRAM, else weights once per
 //               SRAM-sized pass plus the activations themselves.
 //   attention : FLOPs 4*ctx*head_dim per query head; DRAM bytes = K and V of ctx tokens of the
-//   chip's kv heads. all-reduce: ring over n chips: 2*(n-1)/n * bytes / link_bandwidth + 2*(n-1) *
+//   chip's kv heads. A verify graph's rows of one sequence (its last token and the proposals)
+//   share one read of that sequence's K/V (the longest of their contexts: the K+1 queries
+//   are tiled against the same K/V in SRAM); their FLOPs are each row's own.
+//   all-reduce: ring over n chips: 2*(n-1)/n * bytes / link_bandwidth + 2*(n-1) *
 //   link_latency, after the
 //               o and down products of every layer (bytes = rows * hidden * activation_bytes).
 //   all-gather: the logits shards, (n-1)/n * bytes / link_bandwidth + (n-1) * link_latency.
@@ -63,6 +66,29 @@ struct WeightBytes {
   }
 };
 
+// Context tokens attended over all rows (the FLOPs) and read from the KV
+// cache (the bytes): the same, except in a verify graph, where each
+// sequence's tokens_per_seq rows share one read of its longest context.
+struct KvTokens {
+  double attended = 0, read = 0;
+};
+KvTokens kv_tokens(const ze_rbln_graph_desc_t& d, const int32_t* ctx_lens) {
+  KvTokens t;
+  if (!ctx_lens) return t;
+  const uint32_t group =
+      d.kind == ZE_RBLN_GRAPH_VERIFY ? std::max<uint32_t>(1, d.tokens_per_seq) : 1;
+  for (uint32_t r0 = 0; r0 < d.rows; r0 += group) {
+    double longest = 0;
+    for (uint32_t r = r0; r < std::min(d.rows, r0 + group); ++r) {
+      const double ctx = std::max(0, ctx_lens[r]);
+      t.attended += ctx;
+      longest = std::max(longest, ctx);
+    }
+    t.read += longest;
+  }
+  return t;
+}
+
 }  // namespace
 
 ze_rbln_cost_t estimate(const Profile& p, const ze_rbln_graph_desc_t& d, const int32_t* ctx_lens, uint32_t num_logits) {
@@ -71,6 +97,7 @@ ze_rbln_cost_t estimate(const Profile& p, const ze_rbln_graph_desc_t& d, const i
   const double wb = m.weight_dtype == ZE_RBLN_DTYPE_FP32 ? 4.0 : 2.0;
   const WeightBytes W{m, wb};
   const double R = d.rows, H = m.hidden, hd = m.head_dim;
+  const KvTokens kv = kv_tokens(d, ctx_lens);
   ze_rbln_cost_t worst{};
   for (uint32_t c = 0; c < n; ++c) {
     Acc a{p};
@@ -78,14 +105,13 @@ ze_rbln_cost_t estimate(const Profile& p, const ze_rbln_graph_desc_t& d, const i
     const double hkv = ze_rbln_kv_hi(&m, c, n) - ze_rbln_kv_lo(&m, c, n);
     const double ic = ze_rbln_split(m.intermediate, c + 1, n) - ze_rbln_split(m.intermediate, c, n);
     const double vc = ze_rbln_split(m.vocab, c + 1, n) - ze_rbln_split(m.vocab, c, n);
-    double ctx_sum = 0;
-    for (uint32_t r = 0; r < d.rows; ++r) ctx_sum += ctx_lens ? std::max(0, ctx_lens[r]) : 0;
     a.op(0, R * H * wb);  // embedding rows
     for (uint32_t l = 0; l < m.layers; ++l) {
       a.matmul(R, H, hq * hd, W(1u << ZE_RBLN_L_Q, H, hq * hd));
       a.matmul(R, H, hkv * hd, W(1u << ZE_RBLN_L_K, H, hkv * hd));
       a.matmul(R, H, hkv * hd, W(1u << ZE_RBLN_L_V, H, hkv * hd));
-      a.op(4.0 * ctx_sum * hd * hq, 2.0 * ctx_sum * hkv * hd * p.kv_bytes + 2.0 * R * hkv * hd * p.kv_bytes);
+      a.op(4.0 * kv.attended * hd * hq,
+           2.0 * kv.read * hkv * hd * p.kv_bytes + 2.0 * R * hkv * hd * p.kv_bytes);
       a.matmul(R, hq * hd, H, W(1u << ZE_RBLN_L_O, hq * hd, H));
       a.all_reduce(n, R * H * p.activation_bytes);
       a.matmul(R, H, ic, W(1u << ZE_RBLN_L_GATE, H, ic));

@@ -44,7 +44,7 @@ struct _ze_rbln_graph_handle_t {
   ze_rbln_decoder_desc_t model{};
   std::vector<double> inv_freq;
   ze_rbln_graph_kind_t kind{};
-  uint32_t rows = 0, max_seq_len = 0;
+  uint32_t rows = 0, max_seq_len = 0, tokens_per_seq = 1;
   std::vector<ze_device_handle_t> devices;
   std::vector<void*> weights;  // [devices][slots]
 };
@@ -422,6 +422,7 @@ ze_rbln_graph_desc_t desc_of(const _ze_rbln_graph_handle_t& G) {
   d.kind = G.kind;
   d.rows = G.rows;
   d.max_seq_len = G.max_seq_len;
+  d.tokens_per_seq = G.tokens_per_seq;
   d.model = &G.model;
   d.num_devices = static_cast<uint32_t>(G.devices.size());
   d.devices = G.devices.data();
@@ -459,6 +460,13 @@ ze_result_t execute_graph(Sim& s, ze_command_queue_handle_t queue, const GraphCm
   advance_clock(g, estimate(s.profile, d, g.ctx.data(), static_cast<uint32_t>(g.logits_rows.size())));
   if (g.signal) g.signal->state = 1;
   return ZE_RESULT_SUCCESS;
+}
+
+// A known kind; a VERIFY graph's rows are whole sequences of tokens_per_seq.
+bool graph_kind_ok(const ze_rbln_graph_desc_t& d) {
+  if (d.kind == ZE_RBLN_GRAPH_VERIFY)
+    return d.tokens_per_seq >= 1 && d.rows % d.tokens_per_seq == 0;
+  return d.kind == ZE_RBLN_GRAPH_PREFILL || d.kind == ZE_RBLN_GRAPH_DECODE;
 }
 
 }  // namespace
@@ -824,6 +832,9 @@ ze_result_t zeRblnGraphCreate(ze_context_handle_t hContext, const ze_rbln_graph_
   if (desc->num_devices == 0 || m.heads % desc->num_devices != 0 || m.kv_heads == 0 || m.heads % m.kv_heads != 0 ||
       !m.rope_inv_freq || desc->rows == 0 || desc->max_seq_len == 0)
     return fail(ZE_RESULT_ERROR_INVALID_ARGUMENT, "zeRblnGraphCreate: inconsistent graph descriptor");
+  if (!graph_kind_ok(*desc))
+    return fail(ZE_RESULT_ERROR_INVALID_ARGUMENT,
+                "zeRblnGraphCreate: unknown graph kind or rows not a multiple of tokens_per_seq");
   if (desc->num_devices > 1 && !sim().profile.rsd)
     return fail(ZE_RESULT_ERROR_UNSUPPORTED_FEATURE, "zeRblnGraphCreate: this device profile has no RSD link");
   try {
@@ -834,6 +845,7 @@ ze_result_t zeRblnGraphCreate(ze_context_handle_t hContext, const ze_rbln_graph_
     g->kind = desc->kind;
     g->rows = desc->rows;
     g->max_seq_len = desc->max_seq_len;
+    g->tokens_per_seq = std::max<uint32_t>(1, desc->tokens_per_seq);
     g->devices.assign(desc->devices, desc->devices + desc->num_devices);
     const size_t n = size_t{desc->num_devices} * ze_rbln_num_weight_slots(m.layers);
     g->weights.assign(desc->weights, desc->weights + n);
@@ -890,6 +902,9 @@ ze_result_t zeRblnGraphEstimate(const ze_rbln_graph_desc_t* desc, const int32_t*
                                 ze_rbln_cost_t* cost) {
   SIM_LOCK;
   if (!desc || !desc->model || !cost) return fail(ZE_RESULT_ERROR_INVALID_NULL_POINTER, "zeRblnGraphEstimate: NULL argument");
+  if (!graph_kind_ok(*desc))
+    return fail(ZE_RESULT_ERROR_INVALID_ARGUMENT,
+                "zeRblnGraphEstimate: unknown graph kind or rows not a multiple of tokens_per_seq");
   try {
     if (ze_result_t r = ensure_init(); r != ZE_RESULT_SUCCESS) return r;
     *cost = estimate(sim().profile, *desc, ctx_lens, num_logits);

@@ -25,7 +25,9 @@ namespace halo::rbln {
 
 using namespace halo::plugin;  // PluginError, cat, fail, invalid, guarded, check_args
 
-inline constexpr const char* kCompilerVersion = "halo-rbln 0.2.0";  // 0.2: int8 matrices
+// 0.2: int8 matrices; 0.3: verify programs (--num-speculative-tokens). A model
+// of an older minor version loads as it is (no verify programs).
+inline constexpr const char* kCompilerVersion = "halo-rbln 0.3.0";
 inline constexpr int kCompilerMajor = 0;
 inline constexpr const char* kFormat = "halo-compiled-model/1";
 

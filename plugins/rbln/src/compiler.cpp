@@ -4,7 +4,9 @@
 //   manifest.json          format, target, compiler version, spec, batch size, max sequence
 //                          length, KV block size, chips, dtype, programs, memory per chip
 //   chip<c>.safetensors    the weights of chip c, pre-sharded, in the compiled dtype
-//   programs/<name>.json   the static programs (prefill chunk, decode buckets) as graph descriptors
+//   programs/<name>.json   the static programs (prefill chunk, decode buckets, and with
+//                          --num-speculative-tokens K a verify program per decode bucket)
+//                          as graph descriptors
 // The caller (halo compile) adds config.json, generation_config.json and the tokenizer files.
 #include <algorithm>
 #include <cmath>
@@ -143,8 +145,15 @@ struct CompileOptions {
   std::string profile;
   bool dry = false;
   int64_t batch = 1, max_len = 0, tp = 1;
+  int64_t spec = 0;  // proposed tokens a verify program checks per sequence (0: none)
   std::string dtype, buckets;
+
+  // Rows of the logits buffer: a decode batch, a prefill chunk or a verify.
+  int64_t logits_rows(int64_t chunk) const { return std::max({batch, chunk, batch * (spec + 1)}); }
 };
+
+// The most proposed tokens per sequence a verify program checks.
+inline constexpr int64_t kMaxSpecTokens = 16;
 
 CompileOptions read_options(const halo_compile_args* a, const halo_model_spec& s) {
   OptionReader opts("compile", a->options, a->num_options);
@@ -156,6 +165,8 @@ CompileOptions read_options(const halo_compile_args* a, const halo_model_spec& s
   o.tp = opts.integer("tensor_parallel_size", 1, 1, 1 << 20);
   o.dtype = std::string(opts.str("dtype", ""));
   o.buckets = std::string(opts.str("decode_buckets", ""));
+  // Range-checked in validate(), naming the flag.
+  o.spec = opts.integer("num_speculative_tokens", 0, INT32_MIN, INT32_MAX);
   opts.refuse_unknown();
   return o;
 }
@@ -180,6 +191,12 @@ void validate(const halo_model_spec& s, const CompileOptions& o, const Driver& d
     invalid("compile: --tensor-parallel-size=", o.tp,
             " does not divide num_attention_heads=", s.num_heads,
             " (each chip must own whole query heads)");
+  if (o.spec < 0 || o.spec > kMaxSpecTokens)
+    invalid("compile: --num-speculative-tokens=", o.spec, " is outside [0, ", kMaxSpecTokens,
+            "] (0: no verify programs)");
+  if (o.spec + 1 > o.max_len)
+    invalid("compile: --num-speculative-tokens=", o.spec, " needs ", o.spec + 1,
+            " tokens per sequence in a verify step, more than --max-seq-len=", o.max_len);
 }
 
 struct CompiledDtype {
@@ -258,7 +275,7 @@ nlohmann::json memory_per_chip(const ze_rbln_decoder_desc_t& m, const CompileOpt
     const uint64_t weights = uint64_t(m.vocab) * H * wb + H * 4 +
                              mat(ZE_RBLN_QUANT_LM_HEAD, vc, H) + per_layer * m.layers;
     const uint64_t kv = uint64_t(o.batch) * uint64_t(o.max_len) * m.layers * 2 * nkv * hd * 4;
-    const uint64_t logits = c == 0 ? uint64_t(std::max<int64_t>(o.batch, chunk)) * m.vocab * 4 : 0;
+    const uint64_t logits = c == 0 ? uint64_t(o.logits_rows(chunk)) * m.vocab * 4 : 0;
     const uint64_t total = weights + kv + logits;
     mem.push_back({{"chip", c}, {"weights_bytes", weights}, {"kv_bytes", kv}, {"buffers_bytes", logits},
                    {"total_bytes", total}, {"capacity_bytes", cap}});
@@ -274,44 +291,79 @@ nlohmann::json memory_per_chip(const ze_rbln_decoder_desc_t& m, const CompileOpt
   return mem;
 }
 
-// The programs (prefill chunk, decode buckets) and their estimated cost at
-// full context, for the manifest.
-nlohmann::json programs_with_estimates(const Driver& d, const ze_rbln_decoder_desc_t& m,
-                                       const CompileOptions& o, const std::vector<int32_t>& buckets,
-                                       int64_t chunk) {
-  const uint32_t n = static_cast<uint32_t>(o.tp);
-  std::vector<ze_device_handle_t> devs(d.chips.begin(), d.chips.begin() + o.tp);
-  auto estimate = [&](ze_rbln_graph_kind_t kind, uint32_t rows, int32_t ctx) {
+// Estimates of one program's execution (zeRblnGraphEstimate) for the manifest.
+struct Estimator {
+  const ze_rbln_decoder_desc_t& m;
+  const CompileOptions& o;
+  std::vector<ze_device_handle_t> devs;
+
+  // rows: the program's; tps: rows per sequence (1 + K for a verify); ctx:
+  // the context of a sequence's last row after the step (a prefill chunk:
+  // row r attends r + 1); logits for every row (a prefill chunk: one).
+  ze_rbln_cost_t cost(ze_rbln_graph_kind_t kind, uint32_t rows, uint32_t tps, int32_t ctx) const {
     ze_rbln_graph_desc_t gd{};
     gd.kind = kind;
     gd.rows = rows;
+    gd.tokens_per_seq = tps;
     gd.max_seq_len = static_cast<uint32_t>(o.max_len);
     gd.model = &m;
-    gd.num_devices = n;
+    gd.num_devices = static_cast<uint32_t>(o.tp);
     gd.devices = devs.data();
     std::vector<int32_t> ctxs(rows);
     for (uint32_t r = 0; r < rows; ++r)
-      ctxs[r] = kind == ZE_RBLN_GRAPH_PREFILL ? std::min<int32_t>(ctx, int32_t(r) + 1) : ctx;
+      ctxs[r] = kind == ZE_RBLN_GRAPH_PREFILL ? std::min<int32_t>(ctx, int32_t(r) + 1)
+                                              : ctx - int32_t(tps - 1 - r % tps);
     ze_rbln_cost_t c{};
     ze_check(zeRblnGraphEstimate(&gd, ctxs.data(), kind == ZE_RBLN_GRAPH_PREFILL ? 1 : rows, &c),
              "compile: estimate");
+    return c;
+  }
+  static nlohmann::json json(const ze_rbln_cost_t& c) {
     return nlohmann::json{{"total_s", c.total_s}, {"compute_s", c.compute_s}, {"memory_s", c.memory_s},
                           {"link_s", c.link_s}, {"overhead_s", c.overhead_s}, {"flops_per_chip", c.flops},
                           {"dram_bytes_per_chip", c.dram_bytes}, {"link_bytes_per_chip", c.link_bytes}};
-  };
+  }
+  // A decode (tps 1) or verify program of batch b, estimated at context 1024
+  // (or max_seq_len if shorter) and at max_seq_len.
+  nlohmann::json step_program(const char* kind_name, ze_rbln_graph_kind_t kind, int32_t b,
+                              uint32_t tps) const {
+    const int32_t near = int32_t(std::min<int64_t>(1024, o.max_len)), full = int32_t(o.max_len);
+    const uint32_t rows = uint32_t(b) * tps;
+    const ze_rbln_cost_t at_near = cost(kind, rows, tps, near);
+    nlohmann::json p = {{"name", cat(kind_name, "_b", b)},
+                        {"kind", kind_name},
+                        {"batch", b},
+                        {"tokens", tps},
+                        {"estimate_at_ctx_1024", json(at_near)},
+                        {"estimate_at_max_seq_len", json(cost(kind, rows, tps, full))}};
+    if (kind == ZE_RBLN_GRAPH_VERIFY)  // what verifying K proposals costs over a plain decode step
+      p["decode_ratio_at_ctx_1024"] =
+          at_near.total_s / cost(ZE_RBLN_GRAPH_DECODE, uint32_t(b), 1, near).total_s;
+    return p;
+  }
+};
+
+// The programs (prefill chunk, decode buckets, a verify per decode bucket
+// when compiled with --num-speculative-tokens) and their estimated cost, for
+// the manifest.
+nlohmann::json programs_with_estimates(const Driver& d, const ze_rbln_decoder_desc_t& m,
+                                       const CompileOptions& o, const std::vector<int32_t>& buckets,
+                                       int64_t chunk) {
+  const Estimator est{m, o,
+                      std::vector<ze_device_handle_t>(d.chips.begin(), d.chips.begin() + o.tp)};
   nlohmann::json programs = nlohmann::json::array();
-  programs.push_back({{"name", cat("prefill_c", chunk)}, {"kind", "prefill"}, {"batch", 1}, {"tokens", chunk},
-                      {"estimate_first_chunk", estimate(ZE_RBLN_GRAPH_PREFILL, uint32_t(chunk), int32_t(chunk))}});
+  programs.push_back(
+      {{"name", cat("prefill_c", chunk)},
+       {"kind", "prefill"},
+       {"batch", 1},
+       {"tokens", chunk},
+       {"estimate_first_chunk",
+        Estimator::json(est.cost(ZE_RBLN_GRAPH_PREFILL, uint32_t(chunk), 1, int32_t(chunk)))}});
   for (int32_t b : buckets)
-    programs.push_back(
-        {{"name", cat("decode_b", b)},
-         {"kind", "decode"},
-         {"batch", b},
-         {"tokens", 1},
-         {"estimate_at_ctx_1024",
-          estimate(ZE_RBLN_GRAPH_DECODE, uint32_t(b), int32_t(std::min<int64_t>(1024, o.max_len)))},
-         {"estimate_at_max_seq_len",
-          estimate(ZE_RBLN_GRAPH_DECODE, uint32_t(b), int32_t(o.max_len))}});
+    programs.push_back(est.step_program("decode", ZE_RBLN_GRAPH_DECODE, b, 1));
+  if (o.spec > 0)
+    for (int32_t b : buckets)
+      programs.push_back(est.step_program("verify", ZE_RBLN_GRAPH_VERIFY, b, uint32_t(o.spec + 1)));
   return programs;
 }
 
@@ -620,11 +672,14 @@ void write_programs(const fs::path& out, const nlohmann::json& manifest, int64_t
                     int64_t max_len, int64_t tp, const std::string& dtype_name) {
   for (const auto& p : manifest["programs"]) {
     nlohmann::json g = p;
-    g["graph"] = {{"rows", p["kind"] == "prefill" ? chunk : p["batch"].get<int64_t>()},
-                  {"max_seq_len", max_len},
-                  {"num_devices", tp},
-                  {"weight_dtype", dtype_name},
-                  {"model", manifest["spec"]}};
+    const bool prefill = p["kind"] == "prefill";
+    g["graph"] = {
+        {"rows", prefill ? chunk : p["batch"].get<int64_t>() * p["tokens"].get<int64_t>()},
+        {"tokens_per_seq", prefill ? 1 : p["tokens"].get<int64_t>()},
+        {"max_seq_len", max_len},
+        {"num_devices", tp},
+        {"weight_dtype", dtype_name},
+        {"model", manifest["spec"]}};
     std::ofstream f(out / "programs" / (p["name"].get<std::string>() + ".json"));
     f << g.dump(2) << "\n";
     if (!f) fail(HALO_STATUS_INTERNAL, "compile: cannot write the programs of ", out.string());
@@ -676,6 +731,7 @@ void compile(halo_compile_args* a) {
       {"kv_cache_dtype", "fp32"},
       {"prefill_chunk_size", chunk},
       {"decode_buckets", buckets},
+      {"num_speculative_tokens", o.spec},
       {"tensor_parallel_size", o.tp},
       {"chips", nlohmann::json::array()},
       {"dtype", cd.name},

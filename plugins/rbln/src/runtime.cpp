@@ -1,8 +1,9 @@
 // Running a compiled model: prepare loads the pre-sharded weights into each
 // chip's memory and creates the static programs; execute maps a scheduler
-// step onto them (a prefill in chunks of prefill_chunk_size at batch 1, or
-// the decodes padded to the next compiled batch bucket) and waits for the
-// device with a timeout.
+// step onto them (a prefill in chunks of prefill_chunk_size at batch 1, the
+// decodes padded to the next compiled batch bucket, or decodes verifying
+// speculative proposals padded to that bucket's verify program, K + 1 rows a
+// sequence) and waits for the device with a timeout.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -98,6 +99,7 @@ void* alloc(halo_executable& e, ze_device_handle_t chip, size_t bytes, std::vect
 halo_executable::~halo_executable() {
   if (prefill) zeRblnGraphDestroy(prefill);
   for (auto& [b, g] : decode) zeRblnGraphDestroy(g);
+  for (auto& [b, g] : verify) zeRblnGraphDestroy(g);
   if (list) zeCommandListDestroy(list);
   if (queue) zeCommandQueueDestroy(queue);
 }
@@ -151,6 +153,10 @@ std::string read_compiled_shapes(halo_executable& e, const nlohmann::json& man,
   e.tp = man.at("tensor_parallel_size").get<int32_t>();
   e.chunk = man.at("prefill_chunk_size").get<int32_t>();
   e.buckets = man.at("decode_buckets").get<std::vector<int32_t>>();
+  e.spec_k = man.value("num_speculative_tokens", 0);  // absent before compiler 0.3
+  if (e.spec_k < 0 || e.spec_k >= e.max_seq_len)
+    invalid("prepare: ", root.string(), ": num_speculative_tokens=", e.spec_k,
+            " is outside [0, max_seq_len)");
   std::string dtype = man.at("dtype").get<std::string>();
   if (tp_opt > 0 && tp_opt != e.tp)
     invalid("prepare: tensor_parallel_size=", tp_opt,
@@ -264,18 +270,21 @@ void load_weights(halo_executable& e, const fs::path& root) {
   for (uint32_t slot : {uint32_t(ZE_RBLN_W_EMBED), uint32_t(ZE_RBLN_W_FINAL_NORM), uint32_t(ZE_RBLN_W_LM_HEAD)})
     if (!e.weight_ptrs[slot])
       invalid("prepare: ", root.string(), ": chip 0 has no '", slot_name(slot), "'");
-  e.logits_rows = size_t(std::max(e.batch, e.chunk));
+  e.logits_rows = size_t(std::max({e.batch, e.chunk, e.batch * (e.spec_k + 1)}));
   std::vector<DeviceMem> keep;
   alloc(e, e.chips[0], e.logits_rows * m.vocab * sizeof(float), keep, "prepare: logits buffer");
   e.logits_mem = std::move(keep.back());
 }
 
-// The static programs: the prefill chunk and one per decode bucket.
+// The static programs: the prefill chunk, one per decode bucket and, when
+// compiled with --num-speculative-tokens K, a verify per decode bucket
+// (K + 1 rows a sequence).
 void create_programs(halo_executable& e) {
-  auto make = [&](ze_rbln_graph_kind_t kind, uint32_t rows) {
+  auto make = [&](ze_rbln_graph_kind_t kind, uint32_t rows, uint32_t tokens_per_seq = 1) {
     ze_rbln_graph_desc_t gd{};
     gd.kind = kind;
     gd.rows = rows;
+    gd.tokens_per_seq = tokens_per_seq;
     gd.max_seq_len = static_cast<uint32_t>(e.max_seq_len);
     gd.model = &e.dims.desc;
     gd.num_devices = static_cast<uint32_t>(e.tp);
@@ -289,6 +298,10 @@ void create_programs(halo_executable& e) {
   for (int32_t b : e.buckets)
     e.decode.emplace_back(b, make(ZE_RBLN_GRAPH_DECODE, static_cast<uint32_t>(b)));
   std::sort(e.decode.begin(), e.decode.end());  // ascending bucket
+  const uint32_t width = static_cast<uint32_t>(e.spec_k + 1);
+  if (e.spec_k > 0)
+    for (const auto& [b, g] : e.decode)
+      e.verify.emplace_back(b, make(ZE_RBLN_GRAPH_VERIFY, static_cast<uint32_t>(b) * width, width));
 }
 
 // Limits: what was compiled. The engine reports a contradicting flag.
@@ -318,6 +331,9 @@ void set_limits(const halo_executable& e, halo_limits* lim, const std::string& d
   // multiplied with the fp32 activations, which nothing rounds, so the
   // narrowest matmul input is still the 16-bit embedding (and any plain matrix).
   halo::plugin::set_compute_dtype(lim, dtype == "fp16" ? HALO_COMPUTE_DTYPE_FP16 : HALO_COMPUTE_DTYPE_BF16);
+  // v1.5: what the verify programs were compiled for, whatever was proposed
+  // (more than that: the engine refuses speculation, naming the compile flag).
+  halo::plugin::set_spec_tokens(lim, e.spec_k);
 }
 
 }  // namespace
@@ -334,6 +350,8 @@ void prepare(halo_prepare_args* a) {
   opts.refuse_unknown();
   // The compiled programs keep the KV cache in fp32.
   halo::plugin::check_kv_dtype("rbln", halo::plugin::proposed_kv_dtype(lim), {HALO_KV_DTYPE_FP32});
+  // v1.5: a negative proposal is refused; any other gets the compiled K (set_limits).
+  (void)halo::plugin::proposed_spec_tokens(lim);
   const halo_model_spec& s = *a->spec;
   const fs::path root = compiled_dir(s);
   const nlohmann::json man = read_manifest(root, s);
@@ -414,9 +432,46 @@ void kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* a) {
 
 namespace {
 
+// Which programs run a step.
+enum class StepKind { kPrefill, kDecode, kVerify };
+
+// A step with more than one token for some sequence (query_start and
+// context_lens checked): one sequence runs as a prefill (in chunks, cached
+// context or not) unless it is a verify the compiled programs take (cached
+// context, at most K proposals); several sequences must all be verifies
+// (cached context, q <= K + 1), anything else is refused naming the numbers.
+StepKind classify_multi_token(const halo_execute_args* a, const halo_executable& e) {
+  const int32_t S = a->num_seqs, K = e.spec_k;
+  int32_t widest = 0, max_q = 1;
+  bool uncached = false;
+  for (int32_t s = 0; s < S; ++s) {
+    const int32_t q = a->query_start[s + 1] - a->query_start[s];
+    if (q > max_q) widest = s, max_q = q;
+    uncached |= q > 1 && a->context_lens[s] == q;
+  }
+  if (S == 1) return K > 0 && !uncached && max_q <= K + 1 ? StepKind::kVerify : StepKind::kPrefill;
+  if (uncached)
+    fail(HALO_STATUS_INVALID_ARGUMENT, "execute: num_seqs=", S,
+         " in a step with a prefill; the compiled programs run one prefill (batch 1) or "
+         "decodes only (no HALO_CAP_MIXED_BATCH)");
+  if (K == 0)
+    invalid("execute: sequence ", widest, " has ", max_q, " query tokens (", max_q - 1,
+            " proposed tokens to verify) in a decode step of ", S, " sequences, but ", e.dir,
+            " was compiled without verify programs; compile it with halo compile "
+            "--num-speculative-tokens ",
+            max_q - 1, " (or more)");
+  if (max_q > K + 1)
+    invalid("execute: sequence ", widest, " has ", max_q, " query tokens (", max_q - 1,
+            " proposed tokens to verify) in a decode step, but ", e.dir,
+            " was compiled with --num-speculative-tokens ", K, " (at most ", K + 1,
+            " tokens a sequence)");
+  return StepKind::kVerify;
+}
+
 // Checks a step against the compiled shapes and the KV cache before touching
-// the device; returns whether it holds a prefill.
-bool validate_step(const halo_execute_args* a, const halo_executable& e, const halo_kv_cache& kv) {
+// the device; returns the programs that run it.
+StepKind validate_step(const halo_execute_args* a, const halo_executable& e,
+                       const halo_kv_cache& kv) {
   const int32_t T = a->num_tokens, S = a->num_seqs;
   if (T <= 0 || S <= 0) invalid("execute: num_tokens=", T, " and num_seqs=", S, " must be positive");
   if (S > e.batch) invalid("execute: num_seqs=", S, " exceeds the compiled batch_size=", e.batch);
@@ -439,7 +494,7 @@ bool validate_step(const halo_execute_args* a, const halo_executable& e, const h
         lg->shape[0] != a->num_logits || lg->shape[1] != V)
       invalid("execute: logits must be float32 [", a->num_logits, ", ", V, "]");
   }
-  bool any_prefill = false;
+  bool multi_token = false;
   for (int32_t s = 0; s < S; ++s) {
     const int32_t q = a->query_start[s + 1] - a->query_start[s];
     if (q <= 0) invalid("execute: sequence ", s, " has ", q, " tokens");
@@ -450,7 +505,7 @@ bool validate_step(const halo_execute_args* a, const halo_executable& e, const h
     if (blk < 0 || blk >= kv.num_blocks)
       fail(HALO_STATUS_OUT_OF_RANGE, "execute: block_tables[", s, "][0]=", blk, " is outside [0, ",
            kv.num_blocks, ")");
-    any_prefill |= q > 1;
+    multi_token |= q > 1;
   }
   for (int32_t t = 0; t < T; ++t) {
     if (a->token_ids[t] < 0 || a->token_ids[t] >= V)
@@ -461,14 +516,7 @@ bool validate_step(const halo_execute_args* a, const halo_executable& e, const h
   for (int32_t i = 0; i < a->num_logits; ++i)
     if (a->logits_indices[i] < 0 || a->logits_indices[i] >= T)
       fail(HALO_STATUS_OUT_OF_RANGE, "execute: logits_indices[", i, "]=", a->logits_indices[i], " is outside [0, ", T, ")");
-  if (any_prefill && S > 1)
-    fail(HALO_STATUS_INVALID_ARGUMENT, "execute: num_seqs=", S,
-         " in a step with a prefill; the compiled programs run one prefill (batch 1) or decodes only "
-         "(no HALO_CAP_MIXED_BATCH)");
-  if (!any_prefill && S > e.batch)
-    fail(HALO_STATUS_INVALID_ARGUMENT, "execute: ", S,
-         " decodes exceed the compiled batch_size=", e.batch);
-  return any_prefill;
+  return multi_token ? classify_multi_token(a, e) : StepKind::kDecode;
 }
 
 // The inputs of one program run, padded to its static row count, and which
@@ -562,6 +610,38 @@ void execute_decode(const halo_execute_args* a, halo_executable& e, halo_kv_cach
   run_program(e, kv, it->second, in, out, "execute (decode)");
 }
 
+// Decodes verifying proposals: the smallest verify program that holds the
+// sequences; sequence s owns rows [s(K+1), (s+1)(K+1)), its q tokens first,
+// then padding. The logits of the rows the caller asked for, in its order.
+void execute_verify(const halo_execute_args* a, halo_executable& e, halo_kv_cache& kv, float* out) {
+  const int32_t S = a->num_seqs, width = e.spec_k + 1;
+  auto it =
+      std::find_if(e.verify.begin(), e.verify.end(), [&](const auto& p) { return p.first >= S; });
+  GraphRows in;
+  in.reset(size_t(it->first) * size_t(width));
+  for (int32_t s = 0; s < S; ++s) {
+    const int32_t q0 = a->query_start[s], q = a->query_start[s + 1] - q0;
+    const int32_t cached = a->context_lens[s] - q;
+    const int32_t block = a->block_tables[size_t(s) * size_t(a->max_blocks_per_seq)];
+    for (int32_t j = 0; j < q; ++j) {
+      const size_t r = size_t(s) * size_t(width) + size_t(j);
+      in.tok[r] = a->token_ids[q0 + j];
+      in.pos[r] = a->positions[q0 + j];
+      in.slot[r] = a->slot_mapping[q0 + j];
+      in.ctx[r] = cached + j + 1;
+      in.blk[r] = block;
+    }
+  }
+  for (int32_t i = 0; i < a->num_logits; ++i) {
+    const int32_t t = a->logits_indices[i];
+    const int32_t s =
+        int32_t(std::upper_bound(a->query_start, a->query_start + S + 1, t) - a->query_start) - 1;
+    in.rows.push_back(s * width + (t - a->query_start[s]));
+    in.out_index.push_back(i);
+  }
+  run_program(e, kv, it->second, in, out, "execute (verify)");
+}
+
 }  // namespace
 
 void execute(halo_execute_args* a) {
@@ -570,7 +650,7 @@ void execute(halo_execute_args* a) {
   halo_kv_cache* kv = a->kv_cache;
   if (e == nullptr || kv == nullptr) invalid("execute: executable or kv_cache is NULL");
   if (kv->owner != e) invalid("execute: kv_cache was created for a different executable");
-  const bool any_prefill = validate_step(a, *e, *kv);
+  const StepKind kind = validate_step(a, *e, *kv);
 
   std::lock_guard<std::mutex> lock(e->mu);
   // A lost or hung device stays lost for this executable (ABI: DEVICE_LOST).
@@ -581,8 +661,10 @@ void execute(halo_execute_args* a) {
       a->num_logits > 0
           ? reinterpret_cast<float*>(static_cast<char*>(a->logits->data) + a->logits->byte_offset)
           : nullptr;
-  if (any_prefill)
+  if (kind == StepKind::kPrefill)
     execute_prefill(a, *e, *kv, out);
+  else if (kind == StepKind::kVerify)
+    execute_verify(a, *e, *kv, out);
   else
     execute_decode(a, *e, *kv, out);
 }

@@ -37,6 +37,7 @@ struct halo_executable {
   std::string dir;
   halo::rbln::ModelDims dims;
   int32_t batch = 0, max_seq_len = 0, tp = 1, chunk = 128;
+  int32_t spec_k = 0;            // proposed tokens per sequence a verify checks (0: no verify)
   std::vector<int32_t> buckets;  // descending
   std::vector<ze_device_handle_t> chips;
   std::vector<DeviceMem> weight_mem;
@@ -45,6 +46,7 @@ struct halo_executable {
   size_t logits_rows = 0;
   ze_rbln_graph_handle_t prefill = nullptr;
   std::vector<std::pair<int32_t, ze_rbln_graph_handle_t>> decode;  // bucket -> graph
+  std::vector<std::pair<int32_t, ze_rbln_graph_handle_t>> verify;  // bucket -> graph (spec_k > 0)
   ze_command_queue_handle_t queue = nullptr;
   ze_command_list_handle_t list = nullptr;
   std::mutex mu;

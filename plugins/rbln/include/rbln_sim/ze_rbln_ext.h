@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define ZE_RBLN_EXT_VERSION 2
+#define ZE_RBLN_EXT_VERSION 3
 
 typedef struct _ze_rbln_graph_handle_t* ze_rbln_graph_handle_t;
 
@@ -117,6 +117,12 @@ static inline uint32_t ze_rbln_num_weight_slots(uint32_t layers) { return ZE_RBL
 typedef enum ze_rbln_graph_kind_t {
   ZE_RBLN_GRAPH_PREFILL = 0, /* batch 1, `rows` tokens (prefill_chunk_size) */
   ZE_RBLN_GRAPH_DECODE = 1,  /* `rows` sequences, one token each */
+  /* v3: speculative decoding's verify step: rows / tokens_per_seq sequences
+   * of tokens_per_seq rows each (a sequence's last real token, then its
+   * proposed tokens, each row attending causally through its own ctx_len; a
+   * sequence with fewer proposals is padded with rows of ctx_len 0). The
+   * rows of one sequence read its K/V once. */
+  ZE_RBLN_GRAPH_VERIFY = 2,
 } ze_rbln_graph_kind_t;
 
 typedef struct ze_rbln_graph_desc_t {
@@ -131,6 +137,9 @@ typedef struct ze_rbln_graph_desc_t {
   /* [num_devices][ze_rbln_num_weight_slots(layers)] device pointers on the
    * matching chip; may be NULL for zeRblnGraphEstimate. */
   void* const* weights;
+  /* v3: rows per sequence of a VERIFY graph (1 + the proposed tokens it
+   * verifies; rows must be a multiple); 0 or 1 for the other kinds. */
+  uint32_t tokens_per_seq;
 } ze_rbln_graph_desc_t;
 
 /* Arguments of one execution; copied when appended. Every array has `rows`
