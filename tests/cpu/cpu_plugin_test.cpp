@@ -81,7 +81,8 @@ TEST(CpuPluginDevice, CountAndProperties) {
   EXPECT_LE(p.memory_free_bytes, p.memory_bytes);
   EXPECT_EQ(p.num_chips, 1);
   const uint32_t want = HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 |
-                        HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS;
+                        HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS |
+                        HALO_CAP_HIDDEN_STATES;
   EXPECT_EQ(p.capabilities, want);
   EXPECT_EQ(p.max_batch_size, 0);
   EXPECT_EQ(p.required_block_size, 0);
