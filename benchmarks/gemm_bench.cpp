@@ -7,7 +7,15 @@
 // Args: shape, M, copies. copies > 1 cycles through that many different
 // weight matrices (> 2x L3 in all) so that M=1 reads its weights from DRAM;
 // BM_ReadBandwidth gives the machine's 2-thread streaming read rate to
-// compare with.
+// compare with. HALO_BENCH_DRAM_MIB sizes the copies (default 128 MiB): a
+// host with a larger last-level cache needs more (2048 on the 2-core Xeon
+// CI machine, whose L3 is reported as 300 MiB).
+//
+// BM_GemmBf16Path compares gemm_bf16's AMX and AVX-512 paths (arg amx) on
+// the same shapes and weights. On a shared machine, compare them within one
+// run, interleaved:
+//   gemm_bench --benchmark_filter=BM_GemmBf16Path --benchmark_repetitions=5
+//     --benchmark_enable_random_interleaving=true --benchmark_min_time=0.3
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -82,10 +90,14 @@ std::vector<float> random_f32(size_t n, uint64_t seed) {
   return v;
 }
 
+std::map<std::pair<int, int>, std::vector<uint16_t>>& raw_cache() {
+  static std::map<std::pair<int, int>, std::vector<uint16_t>> cache;
+  return cache;
+}
+
 // Raw [N, K] bf16 weights, one per (shape, copy), generated once.
 const std::vector<uint16_t>& raw_weight(int shape, int copy) {
-  static std::map<std::pair<int, int>, std::vector<uint16_t>> cache;
-  auto& w = cache[{shape, copy}];
+  auto& w = raw_cache()[{shape, copy}];
   if (w.empty())
     w = random_bf16(kShapes[shape].N * kShapes[shape].K,
                     static_cast<uint64_t>(shape * 100 + copy + 1));
@@ -99,26 +111,51 @@ void set_counters(benchmark::State& state, size_t M, const Shape& s) {
       benchmark::Counter(2.0 * s.N * s.K, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_GemmBf16(benchmark::State& state) {
+// Packed weights per (shape, copy), packed once (repetitions reuse them);
+// the raw copy is dropped (made again if another benchmark wants it).
+const k::PackedWeight& packed_weight(int shape, int copy) {
+  static std::map<std::pair<int, int>, k::PackedWeight> cache;
+  auto& w = cache[{shape, copy}];
+  if (w.N() == 0) {
+    w = k::PackedWeight::pack({{raw_weight(shape, copy).data(), k::DType::BF16, kShapes[shape].N}},
+                              kShapes[shape].K);
+    raw_cache().erase({shape, copy});
+  }
+  return w;
+}
+
+void run_gemm_bf16(benchmark::State& state) {
   const int shape = static_cast<int>(state.range(0));
   const size_t M = static_cast<size_t>(state.range(1));
   const int copies = static_cast<int>(state.range(2));
   const Shape& s = kShapes[shape];
-  std::vector<k::PackedWeight> ws;
-  for (int c = 0; c < copies; ++c)
-    ws.push_back(k::PackedWeight::pack({{raw_weight(shape, c).data(), k::DType::BF16, s.N}}, s.K));
+  for (int c = 0; c < copies; ++c) packed_weight(shape, c);
   const auto x = random_f32(M * s.K, 3);
   std::vector<float> y(M * s.N);
   k::GemmScratch scratch;
   int c = 0;
   for (auto _ : state) {
-    k::gemm_bf16(pool(), x.data(), M, s.K, ws[static_cast<size_t>(c)], nullptr, y.data(), s.N,
+    k::gemm_bf16(pool(), x.data(), M, s.K, packed_weight(shape, c), nullptr, y.data(), s.N,
                  scratch);
     benchmark::DoNotOptimize(y.data());
     if (++c == copies) c = 0;
   }
   set_counters(state, M, s);
-  state.SetLabel(std::string(s.name) + (k::cpu_has_avx512_bf16() ? "" : " (generic)"));
+  state.SetLabel(std::string(s.name) + " " + k::gemm_bf16_path());
+}
+
+// The default path (AMX where the CPU has it unless HALO_GEMM_AMX=0).
+void BM_GemmBf16(benchmark::State& state) { run_gemm_bf16(state); }
+
+// Arg amx: 1 = AMX, 0 = the AVX-512 path (AMX turned off for this run).
+void BM_GemmBf16Path(benchmark::State& state) {
+  const bool amx = state.range(3) != 0;
+  if (!k::set_gemm_bf16_amx(amx)) {
+    state.SkipWithError("no AMX on this CPU / OS");
+    return;
+  }
+  run_gemm_bf16(state);
+  k::set_gemm_bf16_amx(true);  // back to the default
 }
 
 void BM_MatmulNt(benchmark::State& state) {
@@ -187,10 +224,13 @@ void BM_OneDnnBf16(benchmark::State& state) {
 }
 #endif
 
-// Number of weight copies so that the copies exceed 128 MiB (> 2x the 32 MiB L3... and more).
+// Number of weight copies so that the copies exceed 128 MiB (> 2x the 32 MiB L3... and more),
+// or HALO_BENCH_DRAM_MIB.
 int dram_copies(int shape) {
+  const char* e = std::getenv("HALO_BENCH_DRAM_MIB");
+  const double mib = e != nullptr && std::atoi(e) > 0 ? std::atoi(e) : 128;
   const double bytes = 2.0 * kShapes[shape].N * kShapes[shape].K;
-  return static_cast<int>(128.0 * 1024 * 1024 / bytes) + 1;
+  return static_cast<int>(mib * 1024 * 1024 / bytes) + 1;
 }
 
 void shape_args(benchmark::internal::Benchmark* b) {
@@ -204,6 +244,17 @@ void shape_args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_GemmBf16)->Apply(shape_args);
+
+// AMX vs AVX-512: decode (1), speculative verify (5 rows a sequence: 4, 5,
+// 8, 16, 20, 40) with the weights from DRAM, prefill (64, 512) from cache.
+void path_args(benchmark::internal::Benchmark* b) {
+  for (int shape = 0; shape < 4; ++shape)
+    for (int M : {1, 4, 5, 8, 16, 20, 40, 64, 512})
+      for (int amx : {1, 0}) b->Args({shape, M, M <= 40 ? dram_copies(shape) : 1, amx});
+  b->ArgNames({"shape", "M", "copies", "amx"});
+  b->UseRealTime();
+}
+BENCHMARK(BM_GemmBf16Path)->Apply(path_args);
 BENCHMARK(BM_MatmulNt)->Apply(shape_args);
 #ifdef HALO_BENCH_DNNL
 BENCHMARK(BM_OneDnnBf16)->Apply(shape_args);

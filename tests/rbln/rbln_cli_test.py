@@ -24,7 +24,15 @@ def halo(*args, check=True, env=None, timeout=300):
     return proc
 
 
+# The simulator multiplies fp32 activations by the compiled weights, as the cpu
+# plugin's reference kernels do; its fast path rounds activations to bf16 for
+# its GEMM (vdpbf16ps or AMX's tdpbf16ps), which can move a near tie.
+CPU_AS_SIMULATED = {"HALO_CPU_KERNELS": "reference"}
+
+
 def generate_ids(model, device, *extra, env=None):
+    if device == "cpu":
+        env = {**CPU_AS_SIMULATED, **(env or {})}
     args = ["generate", model, "--device", device, "--output", "json", "--log-level", "warn",
             "--temperature", "0", "--max-tokens", "24", "--ignore-eos", *extra]
     out = halo(*args, env=env).stdout

@@ -316,9 +316,11 @@ void log_what_runs(const halo_executable& exe, const CpuOptions& opt, const Line
   const std::string_view dtype = lb.dtype;
   const std::string quant = quantized_note(exe, lb);
   if (exe.fast) {
-    const char* gemm = lb.use_onednn                    ? "oneDNN bf16 matmul"
-                       : kernels::cpu_has_avx512_bf16() ? "avx512-bf16 GEMM"
-                                                        : "portable bf16 GEMM";
+    const std::string_view path = kernels::gemm_bf16_path();  // amx, avx512-bf16 or generic
+    const char* gemm = lb.use_onednn           ? "oneDNN bf16 matmul"
+                       : path == "amx"         ? "amx-bf16 GEMM"
+                       : path == "avx512-bf16" ? "avx512-bf16 GEMM"
+                                               : "portable bf16 GEMM";
     std::fprintf(
         stderr,
         "halo cpu: fast kernels, %d threads, dtype %.*s: %s over %.0f MB of packed weights "

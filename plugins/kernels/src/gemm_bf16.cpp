@@ -4,9 +4,12 @@
 // columns are cut into blocks of 16; block b holds, for every k-pair p, the
 // 16 columns x 2 consecutive k values as 16 little 32-bit pairs (64 bytes):
 //   data[b * stride + p * 32 + 2 * lane + j] = W[16 * b + lane][2 * p + j]
-// with stride = 32 * ceil(K / 2). Columns past N and the odd k past K are 0.
-// One k-pair of one block is exactly the second operand of vdpbf16ps, so the
-// kernel loads it straight and broadcasts the matching pair of x.
+// with stride = 32 * ceil(K / 2) rounded up to a multiple of 16 k-pairs (1
+// KiB). Columns past N and the k past K are 0. One k-pair of one block is
+// exactly the second operand of vdpbf16ps, so the kernel loads it straight
+// and broadcasts the matching pair of x; 16 k-pairs of one block are an AMX
+// B tile (gemm_bf16_amx.cpp, used instead of this file's kernels when the
+// CPU has AMX: see Paths below).
 //
 // Microkernel: MR activation rows x NB column blocks of zmm accumulators. Per
 // k-pair: NB 64-byte weight loads, MR 32-bit broadcasts, MR*NB vdpbf16ps.
@@ -28,9 +31,15 @@
 //    block is prefetched a line per k-pair across those tiles, so reading it
 //    from DRAM does not stall the first tile (decode at batch 32: 290 -> 225
 //    ms per TinyLlama step).
+//
+// Paths: AMX (tdpbf16ps) when the CPU and the OS allow it, else AVX512-BF16,
+// else portable. AMX and vdpbf16ps round differently, so one path serves
+// every M of a process (batch invariance); HALO_GEMM_AMX=0 in the
+// environment (or set_gemm_bf16_amx(false)) forces the AVX-512 path.
 #include "halo/kernels/gemm_bf16.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -40,6 +49,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "gemm_bf16_amx.h"
 #include "halo/kernels/kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -69,6 +79,14 @@ constexpr int kPrefillNB = 4;
 #define HALO_GEMM_KBLOCK 512
 #endif
 constexpr size_t kKBlockPairs = HALO_GEMM_KBLOCK;  // prefill K block in k-pairs
+// AMX past 16 rows: K block in chunks of 16 k-pairs. The panel's slice (2
+// blocks, 2 KiB per chunk: 256 KiB) and a row group's (the same) stay in L2
+// while the row groups pass over the slice; TinyLlama's K (2048, 5632) needs
+// no blocking (8-32 chunks were slower: C goes through y at each block).
+#ifndef HALO_GEMM_AMX_KBLOCK
+#define HALO_GEMM_AMX_KBLOCK 128
+#endif
+constexpr size_t kAmxKBlockChunks = HALO_GEMM_AMX_KBLOCK;
 
 inline size_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
 
@@ -78,7 +96,7 @@ inline uint16_t rne_bf16(uint32_t u) {
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-void f32_row_to_bf16(const float* src, uint16_t* dst, size_t n) {
+void f32_row_to_bf16_portable(const float* src, uint16_t* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     uint32_t u;
     std::memcpy(&u, src + i, 4);
@@ -87,6 +105,23 @@ void f32_row_to_bf16(const float* src, uint16_t* dst, size_t n) {
 }
 
 #ifdef HALO_HAVE_BF16_PATH
+// rne_bf16 in integer lanes: the same bits (NaNs quieted, denormals kept).
+HALO_TARGET_BF16 void f32_row_to_bf16_avx512(const float* src, uint16_t* dst, size_t n) {
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
+    const __m512i u = _mm512_maskz_loadu_epi32(m, src + i);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    const __m512i hi = _mm512_srli_epi32(u, 16);
+    const __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, half), _mm512_and_si512(hi, one)), 16);
+    const __m512i v = _mm512_mask_or_epi32(r, nan, hi, quiet);
+    _mm512_mask_cvtepi32_storeu_epi16(dst + i, m, v);
+  }
+}
+
 HALO_TARGET_BF16 void f16_row_to_bf16_avx512(const uint16_t* src, uint16_t* dst, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -98,6 +133,13 @@ HALO_TARGET_BF16 void f16_row_to_bf16_avx512(const uint16_t* src, uint16_t* dst,
   for (; i < n; ++i) dst[i] = rne_bf16(f32_to_bits(f16_to_f32(src[i])));
 }
 #endif
+
+void f32_row_to_bf16(const float* src, uint16_t* dst, size_t n) {
+#ifdef HALO_HAVE_BF16_PATH
+  if (cpu_has_avx512_bf16()) return f32_row_to_bf16_avx512(src, dst, n);
+#endif
+  f32_row_to_bf16_portable(src, dst, n);
+}
 
 void f16_row_to_bf16(const uint16_t* src, uint16_t* dst, size_t n) {
 #ifdef HALO_HAVE_BF16_PATH
@@ -373,6 +415,117 @@ bool use_avx_path() {
 #endif
 }
 
+// AMX wanted: on unless HALO_GEMM_AMX=0 (or set_gemm_bf16_amx(false)).
+std::atomic<bool>& amx_wanted() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("HALO_GEMM_AMX");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }()};
+  return on;
+}
+
+bool use_amx_path() {
+  // AMX serves every M, or none (its bits differ from vdpbf16ps's); the
+  // portable path forced (HALO_KERNELS_SIMD=generic) turns it off too.
+  return amx_wanted().load(std::memory_order_relaxed) && use_avx_path() && amx::supported();
+}
+
+// Runs f(m0, m1) over row ranges of x: on the pool when there are enough
+// elements to convert to pay for the hand-off (prefill), else inline.
+template <class F>
+void for_row_ranges(ThreadPool& pool, size_t M, size_t K, F&& f) {
+  const size_t tasks = std::min<size_t>(M, static_cast<size_t>(pool.size()));
+  if (tasks <= 1 || M * K < (size_t{1} << 16)) return f(size_t{0}, M);
+  pool.parallel_for(tasks, [&](size_t i, int) { f(M * i / tasks, M * (i + 1) / tasks); });
+}
+
+// Activations to bf16 once per call, rows ldxb apart, zero from K to ldxb.
+void convert_rows(ThreadPool& pool, const float* x, size_t M, size_t ldx, size_t K, uint16_t* xb,
+                  size_t ldxb) {
+  for_row_ranges(pool, M, K, [&](size_t m0, size_t m1) {
+    for (size_t m = m0; m < m1; ++m) {
+      f32_row_to_bf16(x + m * ldx, xb + m * ldxb, K);
+      std::fill(xb + m * ldxb + K, xb + (m + 1) * ldxb, uint16_t{0});
+    }
+  });
+}
+
+// For the AMX path: as A tiles, 16 rows x one chunk of 32 k contiguous (1
+// KiB, row stride 64 bytes, chunk c of rows 16g.. at (g * chunks + c) * 512),
+// zero past K. Tile loads then read whole lines in order, and rows of one
+// tile do not fall into one cache set (rows of x are often 4 KiB apart).
+void convert_rows_tiled(ThreadPool& pool, const float* x, size_t M, size_t ldx, size_t K,
+                        size_t chunks, uint16_t* xb) {
+  constexpr size_t kChunk = 2 * amx::kChunkPairs, kTileElems = amx::kTileRows * kChunk;
+  for_row_ranges(pool, M, K, [&](size_t m0, size_t m1) {
+    for (size_t m = m0; m < m1; ++m) {
+      uint16_t* row =
+          xb + (m / amx::kTileRows) * chunks * kTileElems + (m % amx::kTileRows) * kChunk;
+      for (size_t c = 0; c < chunks; ++c) {
+        const size_t k0 = c * kChunk, n = std::min(kChunk, K - std::min(K, k0));
+        f32_row_to_bf16(x + m * ldx + k0, row + c * kTileElems, n);
+        std::fill(row + c * kTileElems + n, row + c * kTileElems + kChunk, uint16_t{0});
+      }
+    }
+  });
+}
+
+// Contiguous ranges of `panels` over a few tasks per thread: dynamic hand-out
+// evens out a busy core without splitting the stream into many short pieces.
+template <class F>
+void for_panel_ranges(ThreadPool& pool, size_t panels, F&& f) {
+  const size_t threads = static_cast<size_t>(pool.size());
+  const size_t tasks = std::min(panels, threads == 1 ? 1 : threads * 4);
+  pool.parallel_for(tasks, [&](size_t i, int) { f(panels * i / tasks, panels * (i + 1) / tasks); });
+}
+
+// The AMX path: one tile walk of K for every M (see gemm_bf16_amx.h).
+void gemm_amx(ThreadPool& pool, const float* x, size_t M, size_t ldx, const PackedWeight& w,
+              const float* bias, float* y, size_t ldy, GemmScratch& scratch) {
+  const size_t K = w.K();
+  const size_t chunks = div_up(div_up(K, 2), amx::kChunkPairs);
+  const size_t xb_size = div_up(M, amx::kTileRows) * chunks * amx::kTileRows * 2 * amx::kChunkPairs;
+  if (scratch.x_bf16.size() < xb_size) scratch.x_bf16.resize(xb_size);
+  convert_rows_tiled(pool, x, M, ldx, K, chunks, scratch.x_bf16.data());
+  amx::Gemm g{};
+  g.xb = scratch.x_bf16.data();
+  g.w = w.data();
+  g.wstride = GemmAccess::stride(w);
+  g.chunks = chunks;
+  g.N = w.N();
+  g.y = y;
+  g.ldy = ldy;
+  g.bias = bias;
+  const size_t nb = div_up(w.N(), kLanes);
+  if (M <= amx::kTileRows) {
+    // One A tile: the weights stream once.
+    g.kblock = chunks;
+    const size_t pw = amx::kDecodePanel, panels = div_up(nb, pw);
+    for_panel_ranges(pool, panels, [&](size_t q0, size_t q1) {
+      amx::run(g, 0, M, q0 * pw, std::min(nb, q1 * pw));
+    });
+    return;
+  }
+  g.kblock = kAmxKBlockChunks;
+  const size_t pw = amx::kPrefillPanel, panels = div_up(nb, pw);
+  const size_t threads = static_cast<size_t>(pool.size());
+  // Split rows (in groups of 32) too when there are too few panels.
+  const size_t group = 2 * amx::kTileRows, want = threads * 8;
+  const size_t row_blocks = panels >= want ? 1 : div_up(want, panels);
+  const size_t rows_per = std::max(group, div_up(div_up(M, row_blocks), group) * group);
+  const size_t nrb = div_up(M, rows_per);
+  if (nrb == 1) {
+    for_panel_ranges(pool, panels, [&](size_t q0, size_t q1) {
+      amx::run(g, 0, M, q0 * pw, std::min(nb, q1 * pw));
+    });
+    return;
+  }
+  pool.parallel_for(panels * nrb, [&](size_t i, int) {
+    const size_t q = i / nrb, m0 = (i % nrb) * rows_per;
+    amx::run(g, m0, std::min(M, m0 + rows_per), q * pw, std::min(nb, (q + 1) * pw));
+  });
+}
+
 }  // namespace
 
 bool cpu_has_avx512_bf16() {
@@ -387,6 +540,17 @@ bool cpu_has_avx512_bf16() {
 #else
   return false;
 #endif
+}
+
+bool cpu_has_amx_bf16() { return amx::supported(); }
+
+const char* gemm_bf16_path() {
+  return use_amx_path() ? "amx" : use_avx_path() ? "avx512-bf16" : "generic";
+}
+
+bool set_gemm_bf16_amx(bool on) {
+  amx_wanted().store(on, std::memory_order_relaxed);
+  return !on || use_amx_path();
 }
 
 void PackedWeight::Free::operator()(uint16_t* p) const noexcept { std::free(p); }
@@ -407,7 +571,7 @@ PackedWeight PackedWeight::pack(const std::vector<WeightSource>& sources, size_t
   PackedWeight pw;
   pw.n_ = N;
   pw.k_ = K;
-  pw.stride_ = kp * kPairElems;
+  pw.stride_ = div_up(kp, amx::kChunkPairs) * amx::kChunkPairs * kPairElems;
   const size_t bytes = nb * pw.stride_ * sizeof(uint16_t);  // a multiple of 64
   // Large weights on 2 MiB boundaries with transparent huge pages asked for:
   // the decode kernel streams several blocks at once, TLB misses show.
@@ -456,6 +620,7 @@ PackedWeight PackedWeight::pack(const std::vector<WeightSource>& sources, size_t
     auto* dst = reinterpret_cast<uint32_t*>(mem + b * pw.stride_);
     for (size_t p = 0; p < kp; ++p)
       for (size_t l = 0; l < kLanes; ++l) dst[p * kLanes + l] = rows[l][p];
+    std::memset(dst + kp * kLanes, 0, (pw.stride_ - kp * kPairElems) * sizeof(uint16_t));
   }
   return pw;
 }
@@ -463,16 +628,14 @@ PackedWeight PackedWeight::pack(const std::vector<WeightSource>& sources, size_t
 void gemm_bf16(ThreadPool& pool, const float* x, size_t M, size_t ldx, const PackedWeight& w,
                const float* bias, float* y, size_t ldy, GemmScratch& scratch) {
   if (M == 0 || w.N() == 0) return;
+  if (use_amx_path()) return gemm_amx(pool, x, M, ldx, w, bias, y, ldy, scratch);
   const size_t K = w.K();
   const size_t kp = div_up(K, 2);
   const size_t ldxb = 2 * kp;
   // Activations to bf16 once per call (rows padded with a zero to even K).
   if (scratch.x_bf16.size() < M * ldxb) scratch.x_bf16.resize(M * ldxb);
   uint16_t* xb = scratch.x_bf16.data();
-  for (size_t m = 0; m < M; ++m) {
-    f32_row_to_bf16(x + m * ldx, xb + m * ldxb, K);
-    if (K & 1) xb[m * ldxb + K] = 0;
-  }
+  convert_rows(pool, x, M, ldx, K, xb, ldxb);
 
   const bool avx = use_avx_path();
   Plan pl{};

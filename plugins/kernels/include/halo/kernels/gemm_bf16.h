@@ -1,6 +1,7 @@
 // The fast matmul of the CPU plugin: bf16 activations x bf16 weights with
-// fp32 accumulation (AVX512-BF16 vdpbf16ps where the CPU has it), weights
-// pre-packed once at load into a blocked layout the kernel streams.
+// fp32 accumulation (AMX tdpbf16ps or AVX512-BF16 vdpbf16ps where the CPU has
+// them), weights pre-packed once at load into a blocked layout the kernel
+// streams.
 //
 // Batch invariance: every output element y[m, n] is computed by the same
 // sequence of operations whatever M, the row's place in the batch and the
@@ -21,6 +22,20 @@ namespace halo::kernels {
 
 // True if the CPU executes AVX512-BF16 (vdpbf16ps); the portable path runs otherwise.
 bool cpu_has_avx512_bf16();
+// True if the CPU has AMX-TILE and AMX-BF16 and Linux lets this process use
+// the tiles (asked for once, for the whole process, on the first call).
+bool cpu_has_amx_bf16();
+
+// The path gemm_bf16 runs: "amx" (tdpbf16ps), "avx512-bf16" (vdpbf16ps) or
+// "generic" (portable, vdpbf16ps's arithmetic). AMX is used when available,
+// for every M (its rounding differs from vdpbf16ps's, so mixing paths would
+// break batch invariance), unless the environment has HALO_GEMM_AMX=0. The
+// portable path is forced with HALO_KERNELS_SIMD=generic (set_simd_path).
+const char* gemm_bf16_path();
+// Turns the AMX path on or off; false if asked on where it is unavailable.
+// Switch only while no gemm runs (tests, benchmarks): results change in the
+// low bits between paths.
+bool set_gemm_bf16_amx(bool on);
 
 // One source matrix of a packed weight: row-major [rows, K] (nn.Linear
 // [out, in]) of type dtype. Several sources with the same K are packed side by
