@@ -341,6 +341,7 @@ void AsyncEngine::process(const RequestOutput& out) {
     ev.text += c.stop->finish();
     ev.finished = true;
     ev.finish_reason = out.finish_reason;
+    ev.embedding = seq.embedding;
     const auto& ids = seq.params.stop_token_ids;
     if (seq.stop_token >= 0 && std::find(ids.begin(), ids.end(), seq.stop_token) != ids.end())
       ev.stop_reason = std::to_string(seq.stop_token);

@@ -56,6 +56,7 @@ struct StreamEvent {
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;            // the stop string, or the stop token id, that ended it
   std::string error;                  // set: the request failed (finish_reason is kAbort)
+  std::vector<float> embedding;       // a pooling request's result, with its finished event
   // Beam search results only: the hypothesis' cumulative logprob and score.
   std::optional<double> cumulative_logprob, beam_score;
 };

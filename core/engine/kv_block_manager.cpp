@@ -101,8 +101,11 @@ int32_t KvBlockManager::pop_free() {
 }
 
 int KvBlockManager::attach_cached_prefix(Sequence& seq) {
-  // Prompt logprobs need the logits of every prompt position: no reuse then.
-  if (!prefix_caching_ || !seq.block_table.empty() || seq.params.prompt_logprobs >= 0) return 0;
+  // Prompt logprobs need the logits of every prompt position, mean and CLS
+  // pooling their hidden states: no reuse then.
+  if (!prefix_caching_ || !seq.block_table.empty() || seq.params.prompt_logprobs >= 0 ||
+      seq.params.pooling.every_position())
+    return 0;
   // The last token must be computed to produce logits, so at most
   // (num_tokens - 1) tokens can come from the cache.
   int max_blocks = (seq.num_tokens() - 1) / block_size_;

@@ -232,14 +232,17 @@ void LLMEngine::set_proposer(std::unique_ptr<spec::Proposer> proposer, int num_s
 
 void LLMEngine::install_proposer(std::unique_ptr<spec::Proposer> proposer) {
   if (proposer->wants_hidden_states()) {
-    if (!device_->has_hidden_states())
-      throw Error(fmt::format(
-          "speculative decoding: the proposer reads the target's hidden states, which plugin '{}' "
-          "does not return (no HALO_CAP_HIDDEN_STATES, ABI v1.5)",
-          plugin_->name()));
+    check_hidden_states("speculative decoding: the proposer reads the target's hidden states");
     runner_->request_hidden_states(model_->config().spec.hidden_size);
   }
   proposer_ = std::move(proposer);
+}
+
+void LLMEngine::check_hidden_states(const char* who) const {
+  if (!device_->has_hidden_states())
+    throw Error(
+        fmt::format("{}, which plugin '{}' does not return (no HALO_CAP_HIDDEN_STATES, ABI v1.5)",
+                    who, plugin_->name()));
 }
 
 void LLMEngine::check_beam_allowed() const {
@@ -255,6 +258,13 @@ void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids,
   for (int32_t id : prompt_ids) {
     if (id < 0 || id >= vocab)
       throw Error(fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab));
+  }
+  if (params.pooling.active()) {
+    check_hidden_states("a pooling (embedding) request reads the model's hidden states");
+    if (static_cast<int>(prompt_ids.size()) > limits_.max_model_len)
+      throw Error(fmt::format("the prompt has {} tokens but max_model_len is {}", prompt_ids.size(),
+                              limits_.max_model_len));
+    return;
   }
   if (static_cast<int>(prompt_ids.size()) >= limits_.max_model_len) {
     throw Error(
@@ -292,6 +302,7 @@ void LLMEngine::add_request_group(const std::vector<std::string>& request_ids,
     }
   }
   check_new_ids(request_ids);
+  if (params[0].pooling.active()) runner_->request_hidden_states(model_->config().spec.hidden_size);
   std::vector<std::shared_ptr<Sequence>> followers;
   auto leader = make_sequence(request_ids[0], prompt_ids, std::move(params[0]), priority);
   for (size_t i = 1; i < request_ids.size(); ++i)
@@ -303,6 +314,8 @@ void LLMEngine::add_beam_request(const std::string& request_id, std::vector<int3
                                  SamplingParams params, const BeamParams& beam, int priority) {
   validate_request(prompt_ids, params);
   check_beam_allowed();
+  if (params.pooling.active())
+    throw Error("beam search cannot pool (embedding requests sample nothing)");
   if (beam.width < 1 || beam.width > limits_.max_num_seqs)
     throw Error(fmt::format("beam width {} must be in [1, max_num_seqs={}]", beam.width,
                             limits_.max_num_seqs));
@@ -372,8 +385,8 @@ std::vector<RequestOutput> LLMEngine::step() {
   kv_cache_->copy_blocks(copies.src, copies.dst);
   if (proposer_) proposer_->copy_blocks(copies.src, copies.dst);
   for (size_t i = 0; i < sched.scheduled.size(); ++i) {
-    if (!results[i].sampled()) continue;
     const Sequence& seq = *sched.scheduled[i].seq;
+    if (!results[i].sampled() && !(seq.params.pooling.active() && seq.finished())) continue;
     if (seq.beam) {
       stats_.generation_tokens++;
       if (BeamGroup& g = *seq.beam; g.search.done() && !g.reported)
@@ -415,6 +428,7 @@ void LLMEngine::read_step(const SchedulerOutput& sched, size_t i, StepResult& re
   const int prompt_len = static_cast<int>(seq.prompt_ids.size());
   stats_.prompt_tokens += std::clamp(prompt_len - seq.num_computed_tokens, 0, s.num_tokens);
   read_prompt_logprobs(seq, i, result);
+  if (seq.params.pooling.active()) return read_pooling(seq, i, result);
   const auto& rows = runner_->sample_rows(i);
   if (rows.count == 0) return;
   if (s.num_spec > 0) return verify(s, rows.first_row, result);
@@ -426,6 +440,7 @@ void LLMEngine::read_step(const SchedulerOutput& sched, size_t i, StepResult& re
 }
 
 void LLMEngine::read_prompt_logprobs(const Sequence& seq, size_t i, StepResult& result) {
+  if (seq.params.prompt_logprobs < 0) return;
   const auto& pr = runner_->prompt_rows(i);
   const int vocab = model_->config().spec.vocab_size;
   for (int k = 0; k < pr.count; ++k) {
@@ -435,6 +450,23 @@ void LLMEngine::read_prompt_logprobs(const Sequence& seq, size_t i, StepResult& 
     result.prompt_logprobs.push_back(
         token_logprob(l, seq.prompt_ids[pr.first_position + k + 1], seq.params.prompt_logprobs));
   }
+}
+
+// A pooling request: the hidden states of the positions computed this step
+// go into its pooled state; at the end of the prompt, its embedding.
+void LLMEngine::read_pooling(const Sequence& seq, size_t i, StepResult& result) {
+  const PoolingParams& p = seq.params.pooling;
+  const int width = static_cast<int>(model_->config().spec.hidden_size);
+  PoolState st = seq.pool;
+  if (const auto& pr = runner_->prompt_rows(i); pr.count > 0)
+    pool_rows(p, st, pr.first_position, pr.count, width, runner_->hidden_at(pr.first_row));
+  if (const auto& rows = runner_->sample_rows(i); rows.count > 0) {
+    const int n = static_cast<int>(seq.prompt_ids.size());
+    const float* last = runner_->hidden_at(rows.first_row);
+    pool_rows(p, st, n - 1, 1, width, last);
+    result.embedding = finish_pooling(p, st, n, last, width);
+  }
+  result.pool = std::move(st);
 }
 
 // A verify: row j is processed as the step after proposals [0, j) would

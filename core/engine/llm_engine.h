@@ -121,6 +121,9 @@ class LLMEngine {
  private:
   void read_step(const SchedulerOutput& sched, size_t i, StepResult& result);
   void read_prompt_logprobs(const Sequence& seq, size_t i, StepResult& result);
+  void read_pooling(const Sequence& seq, size_t i, StepResult& result);
+  // Throws `who` + "which plugin X does not return" without HALO_CAP_HIDDEN_STATES.
+  void check_hidden_states(const char* who) const;
   void verify(const ScheduledSequence& s, int first_row, StepResult& result);
   void propose();
   void check_verify_limit(int num_speculative_tokens) const;

@@ -21,8 +21,9 @@ void ModelRunner::execute(const SchedulerOutput& step) {
     const int end = start + sched[i].num_tokens;
     const int32_t first = in_.add_sequence([&](int pos) { return seq.input_token_at(pos); }, start,
                                            sched[i].num_tokens, seq.block_table, block_size_);
-    if (seq.params.prompt_logprobs >= 0) {
-      // Rows predicting a prompt token.
+    if (seq.params.prompt_logprobs >= 0 || seq.params.pooling.every_position()) {
+      // Rows predicting a prompt token (their hidden states: the positions a
+      // pooling request takes in before the last).
       const int last = std::min(end, static_cast<int>(seq.prompt_ids.size()) - 1);
       auto& pr = prompt_rows_[i];
       pr.first_row = static_cast<int>(in_.logits_indices.size());
@@ -45,6 +46,7 @@ void ModelRunner::execute(const SchedulerOutput& step) {
 }
 
 void ModelRunner::request_hidden_states(int64_t hidden_size) {
+  if (hidden_) return;
   hidden_.emplace();
   hidden_->size = hidden_size;
 }

@@ -28,7 +28,7 @@ class ModelRunner {
   };
   const SampleRows& sample_rows(size_t i) const { return sample_rows_[i]; }
 
-  // For sequences that asked for prompt logprobs: the logits rows of the
+  // For sequences that asked for prompt logprobs or pool every position: the logits rows of the
   // prompt positions computed this step that predict another prompt token.
   // Row k predicts the prompt token at first_position + k + 1.
   struct PromptRows {
@@ -41,7 +41,8 @@ class ModelRunner {
 
   // ABI v1.5: from now on each step also returns, for every logits row, the
   // `hidden_size` wide row lm_head took (for a proposer reading the target's
-  // hidden states); hidden_at(row) is nullptr until asked.
+  // hidden states, or a pooling request); hidden_at(row) is nullptr until
+  // asked. Asking again changes nothing.
   void request_hidden_states(int64_t hidden_size);
   const float* hidden_at(int row) const {
     return hidden_ ? &hidden_->rows[static_cast<size_t>(row * hidden_->size)] : nullptr;

@@ -29,6 +29,14 @@ void SamplingParams::validate() const {
     fail(fmt::format("prompt_logprobs must be in [0, 20], got {}", prompt_logprobs));
   if (min_tokens < 0 || min_tokens > max_tokens)
     fail(fmt::format("min_tokens must be in [0, max_tokens={}], got {}", max_tokens, min_tokens));
+  if (pooling.active()) {
+    if (pooling.dimensions < 0)
+      fail(fmt::format("dimensions must be positive, got {}", pooling.dimensions));
+    if (logprobs >= 0 || prompt_logprobs >= 0 || guide)
+      fail(
+          "a pooling (embedding) request samples nothing: logprobs, prompt_logprobs and guided "
+          "decoding do not apply");
+  }
 }
 
 namespace {

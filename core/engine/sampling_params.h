@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/pooling.h"
+
 namespace halo::text::guided {
 class Guide;
 }
@@ -43,6 +45,10 @@ struct SamplingParams {
   // constraint are sampled, and end-of-sequence only where it is complete.
   std::shared_ptr<const text::guided::Guide> guide;
   ReasoningGate guide_gate;  // with `guide`: the reasoning it waits for
+  // Set: a pooling request (embeddings, engine/pooling.h). Nothing is
+  // sampled; the sequence finishes once its prompt is computed, with
+  // Sequence::embedding.
+  PoolingParams pooling;
 
   // Throws halo::Error naming the field and value when out of range.
   void validate() const;

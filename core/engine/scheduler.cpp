@@ -221,6 +221,18 @@ void Scheduler::append_tokens(Sequence& seq, std::vector<TokenLogprob>& tokens) 
   }
 }
 
+// A pooling request's step: its KV as any prefill's, and at the end of the
+// prompt its embedding, which finishes it (it never decodes).
+void Scheduler::apply_pooling(Sequence& seq, int num_tokens, StepResult& r) {
+  seq.pool = std::move(*r.pool);
+  seq.num_computed_tokens += num_tokens;
+  blocks_.cache_full_blocks(seq);
+  if (r.embedding.empty()) return;
+  seq.embedding = std::move(r.embedding);
+  seq.finish_reason = FinishReason::kStop;
+  seq.status = SequenceStatus::kFinished;
+}
+
 KvBlockManager::BlockCopies Scheduler::update_from_step(const SchedulerOutput& step,
                                                         std::vector<StepResult>& results) {
   std::vector<std::shared_ptr<BeamGroup>> beam_groups;  // those with a beam in this step
@@ -235,6 +247,10 @@ KvBlockManager::BlockCopies Scheduler::update_from_step(const SchedulerOutput& s
       if (std::find(beam_groups.begin(), beam_groups.end(), seq.beam) == beam_groups.end())
         beam_groups.push_back(seq.beam);
       record_beam_offer(seq, std::move(r.tokens.front()));
+      continue;
+    }
+    if (r.pool) {
+      apply_pooling(seq, s.num_tokens, r);
       continue;
     }
     append_tokens(seq, r.tokens);

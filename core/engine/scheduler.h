@@ -39,6 +39,7 @@
 // writes them.
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/beam_search.h"
@@ -70,6 +71,10 @@ struct StepResult {
   // else one, or after a verify the accepted proposals and one more.
   std::vector<TokenLogprob> tokens;
   bool sampled() const { return !tokens.empty(); }
+  // A pooling request: its pooled state after this step and, once the
+  // prompt is computed, its embedding (the sequence then finishes).
+  std::optional<PoolState> pool;
+  std::vector<float> embedding;
 };
 
 struct SchedulerOutput {
@@ -122,6 +127,7 @@ class Scheduler {
   void admit_waiting(SchedulerOutput& out, int& budget, StepKinds& kinds);
   void schedule_proposals(SchedulerOutput& out, int& budget);
   void append_tokens(Sequence& seq, std::vector<TokenLogprob>& tokens);
+  void apply_pooling(Sequence& seq, int num_tokens, StepResult& r);
   void preempt(std::shared_ptr<Sequence> seq);
   void insert_waiting(std::shared_ptr<Sequence> seq);
   struct Held {

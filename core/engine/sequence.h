@@ -51,6 +51,10 @@ struct Sequence {
   // Speculative decoding: tokens proposed to follow the output, verified by
   // the next step (not part of the sequence until accepted).
   std::vector<int32_t> spec_ids;
+  // Pooling requests (params.pooling): what the computed prompt positions
+  // gave so far, and the embedding once the prompt is computed.
+  PoolState pool;
+  std::vector<float> embedding;
 
   int num_tokens() const { return static_cast<int>(prompt_ids.size() + output_ids.size()); }
   int32_t token_at(int i) const {

@@ -58,6 +58,9 @@ const std::vector<VllmArg>& vllm_args() {
       setting("enable_auto_tool_choice", "enable-auto-tool-choice", true),
       setting("tool_call_parser", "tool-call-parser"),
       setting("reasoning_parser", "reasoning-parser"),
+      setting("task", "task"),
+      setting("pooler_config", "pooler-config"),
+      setting("override_pooler_config", "pooler-config"),
       // Accepted; nothing in halo to change.
       no_effect("trust_remote_code", true, {},
                 "halo runs no Python code from model repositories; the architectures it serves are "
@@ -96,7 +99,6 @@ const std::vector<VllmArg>& vllm_args() {
       no_effect("disable_async_output_proc", true, {},
                 "halo's output processing is always asynchronous"),
       no_effect("code_revision", false, {}, "halo runs no code from model repositories"),
-      no_effect("task", false, {"auto", "generate"}, "halo serves text generation"),
       no_effect("model_impl", false, {"auto"}, "halo has one built-in model definition"),
       no_effect("config_format", false, {"auto", "hf"}, "halo reads Hugging Face config.json"),
       no_effect("load_format", false, {"auto", "safetensors"}, "halo loads safetensors"),

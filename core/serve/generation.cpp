@@ -89,6 +89,7 @@ void Generation::on_events(size_t prompt, std::vector<engine::StreamEvent>& even
     if (ev.finished) {
       c.finish_reason = ev.finish_reason;
       c.stop_reason = ev.stop_reason;
+      c.embedding = std::move(ev.embedding);
     }
     const bool had_error = failed();
     record_error(ev);

@@ -36,6 +36,7 @@ struct ChoiceOutput {
   std::vector<engine::TokenLogprob> logprobs;  // when options.sampling.logprobs >= 0
   engine::FinishReason finish_reason = engine::FinishReason::kNone;
   std::string stop_reason;  // the stop string or token id that ended it
+  std::vector<float> embedding;  // a pooling request's result, once finished
 };
 
 class Generation;

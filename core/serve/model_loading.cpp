@@ -12,9 +12,10 @@
 #include "device/plugin.h"
 #include "engine/llm_engine.h"
 #include "engine/spec_decode/speculative_config.h"
-#include "model/hf_hub.h"
 #include "model/gguf_model.h"
+#include "model/hf_hub.h"
 #include "model/model_loader.h"
+#include "serve/pooling_config.h"
 #include "serve/tokenizer_files.h"
 #include "serve/tool_parsers.h"
 #include "text/tokenizer/tokenizer.h"
@@ -312,6 +313,17 @@ std::shared_ptr<ServedModel> load_one(const ModelSettings& s, const LoadOptions&
   sm->version = s.version;
   sm->max_batch_size = s.max_batch_size;
   sm->reasoning_parser = s.reasoning_parser;
+  if (s.task == "embed") {
+    if (!(eng->engine().device_info().capabilities & HALO_CAP_HIDDEN_STATES))
+      throw Error(fmt::format(
+          "model '{}': --task embed pools the model's hidden states, which device '{}' does "
+          "not return (no HALO_CAP_HIDDEN_STATES, ABI v1.5)",
+          s.name, s.engine.device));
+    sm->pooling = resolve_pooling(s.pooler_config, dir);
+    spdlog::info("model '{}': embeddings pooled {}{}", s.name,
+                 engine::pooling_type_name(sm->pooling->type),
+                 sm->pooling->normalize ? ", normalised" : "");
+  }
   if (s.enable_auto_tool_choice) {
     sm->tool_parser = s.tool_call_parser;
     if (sm->tool_parser.empty() && sm->chat_template)

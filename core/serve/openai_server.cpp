@@ -1,16 +1,18 @@
 #include "serve/openai_server.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <string_view>
 
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
 #include "serve/api_common.h"
 #include "serve/chat_output.h"
+#include "serve/embeddings_api.h"
 #include "serve/messages_api.h"
+#include "serve/prompt_input.h"
 #include "serve/responses_api.h"
 #include "serve/tool_messages.h"
 
@@ -62,21 +64,6 @@ ojson utf8_bytes(const std::string& s) {
   ojson b = ojson::array();
   for (unsigned char c : s) b.push_back(int(c));
   return b;
-}
-
-std::vector<int32_t> parse_token_ids(const json& arr, const char* param, int vocab) {
-  std::vector<int32_t> ids;
-  ids.reserve(arr.size());
-  for (const auto& x : arr) {
-    if (!x.is_number_integer())
-      throw ApiError(400, fmt::format("'{}' token ids must be integers", param), param, error_code::kInvalidType);
-    // Compared as sent (x.dump()): an id past int64 must not wrap into the vocabulary.
-    if (x.is_number_unsigned() ? x.get<uint64_t>() >= uint64_t(vocab) : (x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab))
-      throw ApiError(400, fmt::format("token id {} in '{}' is outside the vocabulary [0, {})", x.dump(), param, vocab),
-                     param, error_code::kInvalidValue);
-    ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
-  }
-  return ids;
 }
 
 }  // namespace
@@ -540,9 +527,16 @@ HttpResponse OpenAIServer::route(HttpRequest& req, const std::shared_ptr<Respond
     only("GET");
     return metrics();
   }
-  static const char* const kRoutes[] = {"/v1/models",   "/v1/completions", "/v1/chat/completions",
-                                        "/v1/messages", "/v1/chat/completions/render", "/generate",
-                                        "/tokenize",    "/detokenize", "/v1/responses"};
+  static const char* const kRoutes[] = {"/v1/models",
+                                        "/v1/completions",
+                                        "/v1/chat/completions",
+                                        "/v1/messages",
+                                        "/v1/chat/completions/render",
+                                        "/generate",
+                                        "/tokenize",
+                                        "/detokenize",
+                                        "/v1/responses",
+                                        "/v1/embeddings"};
   static constexpr std::string_view kModelPrefix = "/v1/models/";  // OpenAI's retrieve-model route
   static constexpr std::string_view kResponsePrefix = "/v1/responses/";  // GET, DELETE one response
   const bool one_model = p.size() > kModelPrefix.size() && p.starts_with(kModelPrefix);
@@ -565,8 +559,9 @@ HttpResponse OpenAIServer::route(HttpRequest& req, const std::shared_ptr<Respond
     return stored_response(percent_decode(p.substr(kResponsePrefix.size())), m == "DELETE");
   }
   only("POST");
-  const bool generates = p == "/v1/completions" || p == "/v1/chat/completions" || p == "/generate" ||
-                         p == "/v1/responses" || messages_api;
+  const bool generates = p == "/v1/completions" || p == "/v1/chat/completions" ||
+                         p == "/generate" || p == "/v1/responses" || p == "/v1/embeddings" ||
+                         messages_api;
   if (generates && ctx_.core().draining()) throw ApiError(503, "the server is shutting down");
   // Everything with a body is parsed, rendered and tokenized off the I/O thread.
   auto owned = std::make_shared<HttpRequest>(std::move(req));
@@ -585,6 +580,8 @@ void OpenAIServer::handle_body(const HttpRequest& req, const std::shared_ptr<Res
   else if (p == "/v1/chat/completions") chat(req, res);
   else if (p == "/v1/messages") messages(req, res);
   else if (p == "/v1/responses") responses(req, res);
+  else if (p == "/v1/embeddings")
+    embeddings(req, res);
   else generate(req, res);
 }
 
@@ -843,33 +840,7 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
 
   const json* pj = f.get("prompt");
   if (!pj) throw ApiError(400, "'prompt' is required", "prompt", error_code::kMissingParameter);
-  const char* shape =
-      "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists";
-  if (pj->is_string()) {
-    prompts.push_back({pj->get<std::string>(), true, {}});
-  } else if (pj->is_array()) {
-    if (pj->empty()) throw ApiError(400, "'prompt' must not be an empty list", "prompt");
-    const json& first = (*pj)[0];
-    if (first.is_string()) {
-      for (const auto& x : *pj) {
-        if (!x.is_string()) throw ApiError(400, shape, "prompt", error_code::kInvalidType);
-        prompts.push_back({x.get<std::string>(), true, {}});
-      }
-    } else if (first.is_number_integer()) {
-      prompts.push_back({"", false, parse_token_ids(*pj, "prompt", m.vocab_size)});
-    } else if (first.is_array()) {
-      for (const auto& x : *pj) {
-        if (!x.is_array() || x.empty()) throw ApiError(400, shape, "prompt", error_code::kInvalidType);
-        prompts.push_back({"", false, parse_token_ids(x, "prompt", m.vocab_size)});
-      }
-    } else {
-      throw ApiError(400, shape, "prompt", error_code::kInvalidType);
-    }
-  } else {
-    throw ApiError(400, shape, "prompt", error_code::kInvalidType);
-  }
-  if (prompts.size() > 1024)
-    throw ApiError(400, "'prompt' holds more than 1024 prompts", "prompt", error_code::kInvalidValue);
+  prompts = parse_prompts(*pj, "prompt", m.vocab_size);
   for (const auto& p : prompts) ctx_.core().check_prompt_bytes(m, p.text.size(), "prompt");  // all before any is tokenized
   for (auto& p : prompts) {
     if (p.from_text) p.ids = m.tokenizer().encode(p.text, add_special);
@@ -885,6 +856,23 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
                       m.max_model_len, m.defaults.generation);
   f.log_unknown("/v1/completions");
   start(job, mp, std::move(prompts), res);
+}
+
+void OpenAIServer::embeddings(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
+  json body = ctx_.parse_request(req);
+  std::shared_ptr<const Model> mp = request_model(body);
+  Fields f(body);
+  f.touch("model");
+  EmbeddingsRequest er = parse_embeddings(f, *mp, ctx_.core());
+  f.log_unknown("/v1/embeddings");
+  auto sink = make_embeddings_sink(mp->name(), er.base64);
+  sink->res = res;
+  engine::RequestOptions options;
+  options.sampling.pooling = er.pooling;
+  options.sampling.max_tokens = 1;
+  ctx_.start(std::make_shared<Generation>(mp, random_id("embd-"), std::move(er.prompts),
+                                          std::move(options), sink),
+             res);
 }
 
 void OpenAIServer::chat(const HttpRequest& req, const std::shared_ptr<Responder>& res) {

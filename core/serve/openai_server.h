@@ -62,6 +62,8 @@ class OpenAIServer {
   HttpResponse chat_render(const HttpRequest& req);
   void completions(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   void chat(const HttpRequest& req, const std::shared_ptr<Responder>& res);
+  // POST /v1/embeddings (embeddings_api.h).
+  void embeddings(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   // Anthropic's POST /v1/messages: the request as a chat (messages_api.h), answered in Anthropic's shape.
   void messages(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   // OpenAI's POST /v1/responses: the request as a chat (responses_api.h), answered as a response.

@@ -30,6 +30,8 @@ struct ServedModel {
   // Chat output parsing: "" for none (serving_config.h, ModelSettings).
   std::string tool_parser;       // tool calls, for requests with tools and tool_choice auto
   std::string reasoning_parser;  // <think> text into reasoning_content
+  // Served for embeddings too (--task embed): how its hidden states are pooled.
+  std::optional<engine::PoolingParams> pooling;
 
   const std::string& name() const { return names.front(); }
   const text::Tokenizer& tokenizer() const { return engine->tokenizer(); }

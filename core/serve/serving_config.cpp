@@ -11,12 +11,13 @@
 #include <limits>
 #include <set>
 
-#include "serve/reasoning_parser.h"
-#include "serve/tool_parsers.h"
 #include "common/error.h"
 #include "engine/spec_decode/speculative_config.h"
 #include "model/quantize.h"
 #include "serve/engine_args.h"
+#include "serve/pooling_config.h"
+#include "serve/reasoning_parser.h"
+#include "serve/tool_parsers.h"
 
 extern char** environ;
 
@@ -123,7 +124,9 @@ const std::vector<std::string>& setting_keys() {
                                                 "rolling-batch",
                                                 "enable-auto-tool-choice",
                                                 "tool-call-parser",
-                                                "reasoning-parser"};
+                                                "reasoning-parser",
+                                                "task",
+                                                "pooler-config"};
   return keys;
 }
 
@@ -140,6 +143,22 @@ bool apply_chat_output_setting(ModelSettings& m, const std::string& key, const s
     if (std::find(names.begin(), names.end(), lower(v)) == names.end())
       bad(s, fmt::format("expected one of {}", fmt::join(names, ", ")));
     m.tool_call_parser = lower(v);
+  } else if (key == "task") {
+    // vLLM's names, and LMI's option.task for the same two.
+    const std::string t = lower(v);
+    if (t == "auto" || t == "generate" || t == "text-generation" || t == "text_generation")
+      m.task = "generate";
+    else if (t == "embed" || t == "embedding" || t == "text_embedding" || t == "text-embedding")
+      m.task = "embed";
+    else
+      bad(s, "expected generate (or auto) or embed");
+  } else if (key == "pooler-config") {
+    try {
+      parse_pooler_config(v);
+    } catch (const Error& err) {
+      bad(s, err.what());
+    }
+    m.pooler_config = v;
   } else if (key == "reasoning-parser") {
     if (!ReasoningParser::known(lower(v))) bad(s, "expected deepseek_r1 or qwen3");
     m.reasoning_parser = lower(v);
@@ -273,8 +292,9 @@ std::string lmi_option_key(const std::string& option, const std::string& value, 
   };
   // LMI's own options with nothing to do in halo (vLLM's are in engine_args).
   static const std::set<std::string> ignored = {
-      "entrypoint", "task", "enable_streaming", "model_loading_timeout", "predict_timeout", "output_formatter",
-      "async_mode", "max_input_len", "max_output_len", "device_map", "mpi_mode"};
+      "entrypoint",       "enable_streaming", "model_loading_timeout", "predict_timeout",
+      "output_formatter", "async_mode",       "max_input_len",         "max_output_len",
+      "device_map",       "mpi_mode"};
   std::string o = lower(option);
   if (auto it = lmi.find(o); it != lmi.end()) return it->second;
   if (ignored.count(o)) {
@@ -398,6 +418,9 @@ std::string describe(const ModelSettings& s) {
   row("enable-auto-tool-choice", s.enable_auto_tool_choice ? "true" : "false");
   row("tool-call-parser", s.tool_call_parser.empty() ? "from the chat template" : s.tool_call_parser);
   row("reasoning-parser", s.reasoning_parser.empty() ? "none" : s.reasoning_parser);
+  row("task", s.task);
+  if (s.task == "embed")
+    row("pooler-config", s.pooler_config.empty() ? "the model's own" : s.pooler_config);
   return out;
 }
 

@@ -46,6 +46,10 @@ struct ModelSettings {
   bool enable_auto_tool_choice = true;
   std::string tool_call_parser;
   std::string reasoning_parser;
+  // Embeddings (vLLM's --task embed): also serve /v1/embeddings, pooled as
+  // pooler_config says (serve/pooling_config.h; "": the model's own).
+  std::string task = "generate";
+  std::string pooler_config;
   std::map<std::string, std::string> origin;  // key -> source of the value in effect
 
   std::filesystem::path load_dir() const { return compiled_model_dir.empty() ? dir : compiled_model_dir; }

@@ -19,9 +19,10 @@ if _os.path.isdir(_model):
 from .async_engine import AsyncLLMEngine  # noqa: E402
 from .engine_args import AsyncEngineArgs, EngineArgs  # noqa: E402
 from .llm import LLM  # noqa: E402
-from .outputs import (BeamSearchOutput, BeamSearchSequence, CompletionOutput, Logprob,  # noqa: E402
-                      RequestMetrics, RequestOutput)
-from .sampling_params import BeamSearchParams, GuidedDecodingParams, SamplingParams  # noqa: E402
+from .outputs import (BeamSearchOutput, BeamSearchSequence, CompletionOutput,  # noqa: E402
+                      EmbeddingOutput, EmbeddingRequestOutput, Logprob, RequestMetrics, RequestOutput)
+from .sampling_params import (BeamSearchParams, GuidedDecodingParams, PoolingParams,  # noqa: E402
+                              SamplingParams)
 from .tokenizer import Tokenizer  # noqa: E402
 
 __version__ = _C.__version__
@@ -34,6 +35,9 @@ __all__ = [
     "BeamSearchOutput",
     "BeamSearchSequence",
     "RequestOutput",
+    "EmbeddingOutput",
+    "EmbeddingRequestOutput",
+    "PoolingParams",
     "CompletionOutput",
     "Logprob",
     "RequestMetrics",

@@ -5,10 +5,11 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from . import _C
 from .engine_args import EngineArgs, settings_from
 from .inputs import parse_prompt, prompt_list
-from .outputs import (BeamSearchOutput, BeamSearchSequence, RequestOutput,
+from .outputs import (BeamSearchOutput, BeamSearchSequence, EmbeddingRequestOutput, RequestOutput,
+                      embedding_output_from_result,
                       request_output_from_result)
 from .progress import progress_for
-from .sampling_params import BeamSearchParams, SamplingParams, params_json
+from .sampling_params import BeamSearchParams, PoolingParams, SamplingParams, params_json
 from .tokenizer import Tokenizer, render_chat
 
 class LLM:
@@ -109,6 +110,23 @@ class LLM:
                              params_json(sp)))
         return self._run(requests, texts, use_tqdm)
 
+    def embed(self, prompts: Any, pooling_params: Optional[PoolingParams] = None, use_tqdm: Any = True,
+              truncate_prompt_tokens: Optional[int] = None,
+              lora_request: Any = None) -> List[EmbeddingRequestOutput]:
+        """vLLM's LLM.embed: one embedding per prompt, pooled as the model is (load it with
+        task="embed"; docs/embeddings.md). Prompts as generate's."""
+        if lora_request is not None:
+            raise ValueError("halo does not serve LoRA adapters yet (lora_request)")
+        params = (pooling_params or PoolingParams()).to_json()
+        tokenizer = self.get_tokenizer()
+        requests = []
+        for prompt in prompt_list(prompts, None):
+            _, ids = parse_prompt(prompt, tokenizer)
+            if truncate_prompt_tokens is not None and truncate_prompt_tokens >= 0:
+                ids = ids[len(ids) - min(len(ids), truncate_prompt_tokens):]
+            requests.append((str(next(self._counter)), ids, params))
+        return [embedding_output_from_result(r) for r in self._results(requests, use_tqdm)]
+
     def beam_search(self, prompts: Any, params: BeamSearchParams) -> List[BeamSearchOutput]:
         """vLLM's LLM.beam_search: the beam_width best hypotheses of each prompt, best first
         (the engine's beam search: beams share their KV blocks)."""
@@ -134,7 +152,8 @@ class LLM:
                              f"({count} prompts, {len(params)} sampling_params).")
         return params
 
-    def _run(self, requests: list, texts: List[Optional[str]], use_tqdm: Any) -> List[RequestOutput]:
+    def _results(self, requests: list, use_tqdm: Any) -> List[Dict[str, Any]]:
+        """_C.Engine.generate's results in input order; RuntimeError on the first failed one."""
         if not requests:
             return []
         progress = progress_for(len(requests), use_tqdm)
@@ -143,14 +162,15 @@ class LLM:
         finally:
             if progress is not None:
                 progress.close()
-        outputs = []
-        for result, text in zip(results, texts):
+        for result in results:
             error = result.get("error") or next(
                 (c.get("error") for c in result.get("outputs", []) if c.get("error")), "")
             if error:
                 raise RuntimeError(f"request {result.get('request_id')}: {error}")
-            outputs.append(request_output_from_result(result, text))
-        return outputs
+        return results
+
+    def _run(self, requests: list, texts: List[Optional[str]], use_tqdm: Any) -> List[RequestOutput]:
+        return [request_output_from_result(r, t) for r, t in zip(self._results(requests, use_tqdm), texts)]
 
     def __repr__(self) -> str:
         e = self._engine

@@ -1,4 +1,5 @@
-"""Output classes with vLLM's names: RequestOutput, CompletionOutput, Logprob, RequestMetrics."""
+"""Output classes with vLLM's names: RequestOutput, CompletionOutput, Logprob, RequestMetrics,
+EmbeddingOutput, EmbeddingRequestOutput."""
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
 
@@ -198,3 +199,34 @@ class BeamSearchOutput:
 
     def __repr__(self) -> str:
         return f"BeamSearchOutput(sequences={self.sequences!r})"
+
+
+@dataclass
+class EmbeddingOutput:
+    """One prompt's embedding (vLLM's EmbeddingOutput)."""
+
+    embedding: List[float]
+
+    @property
+    def hidden_size(self) -> int:
+        return len(self.embedding)
+
+
+@dataclass
+class EmbeddingRequestOutput:
+    """The result of one LLM.embed prompt (vLLM's EmbeddingRequestOutput)."""
+
+    request_id: str
+    outputs: EmbeddingOutput
+    prompt_token_ids: List[int]
+    finished: bool = True
+
+
+def embedding_output_from_result(result: Dict[str, Any]) -> EmbeddingRequestOutput:
+    """An EmbeddingRequestOutput from one result of _C.Engine.generate for a pooling request."""
+    choices = result.get("outputs", [])
+    if not choices or "embedding" not in choices[0]:
+        raise RuntimeError(f"request {result.get('request_id')}: no embedding came back")
+    return EmbeddingRequestOutput(request_id=result["request_id"],
+                                  outputs=EmbeddingOutput(list(choices[0]["embedding"])),
+                                  prompt_token_ids=list(result.get("prompt_token_ids", [])))

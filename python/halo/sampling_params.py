@@ -5,6 +5,7 @@ the HTTP API gives) when a request is added, not when this object is built.
 """
 import copy
 import json
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
 
 class GuidedDecodingParams:
@@ -213,3 +214,20 @@ class BeamSearchParams:
         return (f"BeamSearchParams(beam_width={self.beam_width}, max_tokens={self.max_tokens}, "
                 f"ignore_eos={self.ignore_eos}, temperature={self.temperature}, "
                 f"length_penalty={self.length_penalty})")
+
+
+@dataclass
+class PoolingParams:
+    """vLLM's PoolingParams for LLM.embed: `dimensions` keeps the first values (then
+    normalises), `normalize` overrides the model's normalisation; None: the model's."""
+
+    dimensions: Optional[int] = None
+    normalize: Optional[bool] = None
+
+    def to_json(self) -> str:
+        body: Dict[str, Any] = {"embed": True}
+        if self.dimensions is not None:
+            body["dimensions"] = self.dimensions
+        if self.normalize is not None:
+            body["normalize"] = self.normalize
+        return json.dumps(body)

@@ -106,6 +106,7 @@ struct ChoiceAcc {
   engine::FinishReason finish = engine::FinishReason::kNone;
   std::string stop_reason, error;
   std::optional<double> cumulative_logprob;  // beam search results only
+  std::vector<float> embedding;              // pooling requests (LLM.embed)
   bool finished = false;
 
   void add(const engine::StreamEvent& ev) {
@@ -115,6 +116,7 @@ struct ChoiceAcc {
     if (ev.finished) finished = true, finish = ev.finish_reason, stop_reason = ev.stop_reason;
     if (!ev.error.empty()) error = ev.error;
     if (ev.cumulative_logprob) cumulative_logprob = ev.cumulative_logprob;
+    if (!ev.embedding.empty()) embedding = ev.embedding;
   }
   py::dict to_dict(size_t index, const text::Tokenizer& tok,
                    const engine::RequestOptions& o) const {
@@ -128,6 +130,7 @@ struct ChoiceAcc {
     d["finished"] = finished;
     d["error"] = error;
     if (cumulative_logprob) d["cumulative_logprob"] = *cumulative_logprob;
+    if (!embedding.empty()) d["embedding"] = embedding;
     return d;
   }
 };
@@ -159,6 +162,20 @@ bool drain(engine::RequestStream& s, F&& on_event) {
   }
 }
 
+// LLM.embed's {"embed": true, "normalize"?, "dimensions"?}: a pooling request
+// as the model pools (loaded with task="embed").
+engine::RequestOptions pooling_options(serve::Fields& f, const serve::ServedModel& m) {
+  if (!m.pooling)
+    throw serve::ApiError(400, "the model was not loaded for embeddings: LLM(model, task=\"embed\")");
+  engine::RequestOptions o;
+  o.sampling.max_tokens = 1;
+  o.sampling.pooling = *m.pooling;
+  if (auto n = f.boolean("normalize")) o.sampling.pooling.normalize = *n;
+  if (auto d = f.integer("dimensions", 1, 1 << 20)) o.sampling.pooling.dimensions = static_cast<int>(*d);
+  f.log_unknown("PoolingParams");
+  return o;
+}
+
 // What the caller sent, parsed as vLLM's /generate body: the HTTP API's checks and messages.
 engine::RequestOptions parse_params(const std::string& params_json, size_t prompt_len,
                                     const serve::ServedModel& m) {
@@ -166,6 +183,7 @@ engine::RequestOptions parse_params(const std::string& params_json, size_t promp
   if (!body.is_object())
     throw serve::ApiError(400, "the sampling parameters must be a JSON object");
   serve::Fields f(body);
+  if (f.boolean("embed").value_or(false)) return pooling_options(f, m);
   serve::SamplingRequest sreq = serve::parse_sampling(f, serve::Endpoint::kGenerate, m.defaults);
   serve::settle_max_tokens(sreq, serve::Endpoint::kGenerate, static_cast<int>(prompt_len),
                            m.max_model_len, m.defaults.generation);

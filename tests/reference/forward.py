@@ -7,7 +7,8 @@ prints {"last_logits": [...], "greedy_ids": [...]} on stdout: the logits at the
 last prompt position and `steps` greedy tokens (no EOS stop; the whole
 sequence is recomputed for every step). Also: --decode prints the greedy text
 (pieces from tokenizer.json) on stderr; --all-logits adds "logits": one row per
-prompt position.
+prompt position; --pool LAST|MEAN|CLS [--no-normalize] prints only
+{"embedding": [...]}, the pooled final hidden states (embeddings).
 
 Written from the semantics of Hugging Face transformers' modeling code
 (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
@@ -187,6 +188,13 @@ class Model:
     def forward(self, ids, last_only=False):
         """Logits [T, vocab] for the token ids (positions 0..T-1); [1, vocab] if last_only."""
         c, w = self.cfg, self.w
+        x = self.hidden(ids, last_only)
+        head = w["model.embed_tokens.weight"] if c.tied else w["lm_head.weight"]
+        return x @ head.T
+
+    def hidden(self, ids, last_only=False):
+        """The final hidden states [T, hidden] (after the model's last norm: lm_head's input)."""
+        c, w = self.cfg, self.w
         T = len(ids)
         x = w["model.embed_tokens.weight"][np.asarray(ids)]
         pos = np.arange(T, dtype=np.float64)
@@ -225,9 +233,22 @@ class Model:
             x = x + mlp
         if last_only:
             x = x[-1:]
-        x = rms_norm(x, w["model.norm.weight"], c.eps)
-        head = w["model.embed_tokens.weight"] if c.tied else w["lm_head.weight"]
-        return x @ head.T
+        return rms_norm(x, w["model.norm.weight"], c.eps)
+
+
+def pool(hidden, kind, normalize):
+    """vLLM's / sentence-transformers' pooling of hidden states [T, H]."""
+    if kind == "LAST":
+        v = hidden[-1]
+    elif kind == "MEAN":
+        v = hidden.mean(axis=0)
+    elif kind == "CLS":
+        v = hidden[0]
+    else:
+        raise ValueError(f"unknown pooling {kind}")
+    if normalize:
+        v = v / max(np.linalg.norm(v), 1e-12)
+    return v
 
 
 # ----------------------------------------------------------------- decoding for humans
@@ -259,11 +280,19 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--decode", action="store_true", help="print prompt + greedy text on stderr")
     ap.add_argument("--all-logits", action="store_true", help="also output logits of every prompt position")
+    ap.add_argument("--pool", choices=["LAST", "MEAN", "CLS"],
+                    help="only output the prompt's pooled final hidden states as \"embedding\"")
+    ap.add_argument("--no-normalize", action="store_true", help="with --pool: do not L2-normalise")
     a = ap.parse_args(argv)
     ids = [int(t) for t in a.prompt_ids.split(",") if t.strip()]
     if not ids:
         ap.error("--prompt-ids is empty")
     model = Model(a.model_dir)
+    if a.pool:
+        v = pool(model.hidden(ids), a.pool, not a.no_normalize)
+        json.dump({"embedding": [float(x) for x in v]}, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
     logits = model.forward(ids)
     result = {"last_logits": [float(v) for v in logits[-1]]}
     if a.all_logits:

@@ -113,7 +113,7 @@ const CASES = [
     'truncate_prompt_tokens', /maximum context/],
   ['detokenize a bad id', '/detokenize', { tokens: [1, -5] }, 400, 'tokens', /vocabulary/],
   ['tokenize without prompt', '/tokenize', { model: MODEL }, 400, 'prompt', /required/],
-  ['unknown route', '/v1/embeddings', { input: 'x' }, 404, null, /Not Found/],
+  ['unknown route', '/v1/audio/speech', { input: 'x' }, 404, null, /Not Found/],
   ['missing API key', '/v1/chat/completions', chat({}), 401, null, /API key/, {}],
   ['wrong API key', '/v1/chat/completions', chat({}), 401, null, /invalid API key/,
     { Authorization: 'Bearer test-key-0123456780' }],

@@ -489,7 +489,7 @@ const ERRORS = [
     'invalid_value'],
   ['unknown model', '/v1/chat/completions', { model: 'gpt-17', messages: MESSAGES }, 404, 'model_not_found'],
   ['unknown model (completions)', '/v1/completions', { model: 'gpt-17', prompt: 'x' }, 404, 'model_not_found'],
-  ['unknown route', '/v1/embeddings', { input: 'x' }, 404, null],
+  ['unknown route', '/v1/audio/speech', { input: 'x' }, 404, null],
 ];
 
 describe('errors: ErrorResponse', () => {

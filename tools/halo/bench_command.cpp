@@ -36,6 +36,8 @@ struct BenchOptions {
   uint64_t workload_seed = 0;
   double spec_replay = -1;  // >= 0: proposals are the plain run's output, this fraction corrupted
   int num_speculative_tokens = 4;
+  std::string task = "generate";  // embed: every request is a pooling request
+  std::string pooling_type = "LAST";
   engine::EngineConfig engine;
   ModelSource source;
 };
@@ -43,6 +45,7 @@ struct BenchOptions {
 struct WorkItem {
   std::vector<int32_t> prompt;
   int output_len;
+  engine::PoolingParams pooling;  // active: an embedding request (output_len unused)
 };
 
 struct RunResult {
@@ -54,6 +57,7 @@ struct RunResult {
   size_t max_batch = 0;
   std::optional<device::DeviceStats> device;  // device counters over the run (ABI v1.1 device_get_stats)
   uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
+  uint64_t embeddings = 0;
   std::vector<std::vector<int32_t>> outputs;  // per item
 };
 
@@ -137,6 +141,10 @@ void run_batch(engine::LLMEngine& eng, const std::vector<WorkItem>& items, size_
     p.temperature = 0;  // identical work in both runs
     p.ignore_eos = true;
     p.max_tokens = items[i].output_len;
+    if (items[i].pooling.active()) {
+      p.pooling = items[i].pooling;
+      p.max_tokens = 1;
+    }
     eng.add_request(std::to_string(next_id++), items[i].prompt, p);
     r.input_tokens += items[i].prompt.size();
   }
@@ -149,6 +157,7 @@ void run_batch(engine::LLMEngine& eng, const std::vector<WorkItem>& items, size_
     r.max_batch = std::max(r.max_batch, st.num_running);
     for (const auto& o : outs) {
       r.output_tokens += o.new_token_ids.size();
+      r.embeddings += o.finished && !o.seq->embedding.empty();
       auto& v = r.outputs[begin + (std::stoull(o.request_id) - first_id)];
       v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
     }
@@ -169,6 +178,10 @@ nlohmann::ordered_json report(const char* name, const RunResult& r, size_t reque
   j["output_tokens"] = r.output_tokens;
   j["input_tokens_per_s"] = r.input_tokens / r.seconds;
   j["output_tokens_per_s"] = r.output_tokens / r.seconds;
+  if (r.embeddings > 0) {
+    j["embeddings"] = r.embeddings;
+    j["embeddings_per_s"] = r.embeddings / r.seconds;
+  }
   j["total_tokens_per_s"] = (r.input_tokens + r.output_tokens) / r.seconds;
   j["steps"] = r.step_ms.size();
   j["step_ms_p50"] = percentile(r.step_ms, 50);
@@ -205,6 +218,8 @@ void print_report(const nlohmann::ordered_json& j) {
   fmt::print("{:<26} {:.2f}\n", "requests/s", j["requests_per_s"].get<double>());
   fmt::print("{:<26} {:.1f}\n", "input tokens/s", j["input_tokens_per_s"].get<double>());
   fmt::print("{:<26} {:.1f}\n", "output tokens/s", j["output_tokens_per_s"].get<double>());
+  if (j.contains("embeddings_per_s"))
+    fmt::print("{:<26} {:.2f}\n", "embeddings/s", j["embeddings_per_s"].get<double>());
   fmt::print("{:<26} {:.2f} / {:.2f} / {:.2f}\n", "step ms p50/p90/p99", j["step_ms_p50"].get<double>(),
              j["step_ms_p90"].get<double>(), j["step_ms_p99"].get<double>());
   fmt::print("{:<26} {:.1f}%\n", "peak KV cache usage", 100 * j["peak_kv_cache_usage"].get<double>());
@@ -269,6 +284,11 @@ void run_throughput(const BenchOptions& o) {
   } else {
     items = random_workload(o, spec.vocab_size);
   }
+  if (o.task == "embed") {
+    engine::PoolingParams pool;
+    pool.type = engine::parse_pooling_type(o.pooling_type);
+    for (auto& w : items) w.pooling = pool;
+  }
   // Speculative decoding is measured against plain decoding of the same items.
   const bool spec_mode = o.spec_replay >= 0 || !o.engine.speculative_config.empty();
   engine::EngineConfig plain_cfg = o.engine;
@@ -331,10 +351,12 @@ void run_throughput(const BenchOptions& o) {
     });
     out["one_at_a_time"] = report("one request at a time", serial, nb);
     print_report(out["one_at_a_time"]);
-    double gain = out["batched"]["output_tokens_per_s"].get<double>() /
-                  out["one_at_a_time"]["output_tokens_per_s"].get<double>();
-    out["batching_gain_output_tokens_per_s"] = gain;
-    fmt::print("continuous batching gain (output tokens/s): {:.2f}x\n", gain);
+    const char* rate = o.task == "embed" ? "embeddings_per_s" : "output_tokens_per_s";
+    double gain = out["batched"][rate].get<double>() / out["one_at_a_time"][rate].get<double>();
+    out[o.task == "embed" ? "batching_gain_embeddings_per_s"
+                          : "batching_gain_output_tokens_per_s"] = gain;
+    fmt::print("continuous batching gain ({}): {:.2f}x\n",
+               o.task == "embed" ? "embeddings/s" : "output tokens/s", gain);
   }
   if (!o.output_json.empty()) {
     std::ofstream f(o.output_json);
@@ -366,6 +388,13 @@ void add_bench_command(CLI::App& app) {
                   "Speculative decoding against plain decoding, with proposals replayed from the plain run's "
                   "output and this fraction of them corrupted (1 - about the acceptance rate)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--task", o->task,
+                  "generate, or embed: every request is an embedding (pooling) request")
+      ->check(CLI::IsMember({"generate", "embed"}))
+      ->capture_default_str();
+  cmd->add_option("--pooling-type", o->pooling_type, "With --task embed: LAST, MEAN or CLS")
+      ->check(CLI::IsMember({"LAST", "MEAN", "CLS"}, CLI::ignore_case))
+      ->capture_default_str();
   cmd->add_option("--num-speculative-tokens", o->num_speculative_tokens, "Proposals per verify for --spec-replay")
       ->check(CLI::Range(1, 16))->capture_default_str();
   add_engine_options(*cmd, o->engine);

@@ -74,6 +74,8 @@ struct ServeOptions {
   bool enable_auto_tool_choice = true;
   std::string tool_call_parser;
   std::string reasoning_parser;
+  std::string task = "generate";
+  std::string pooler_config;
   std::string api_key;
   std::string dtype = "auto";
   std::string tensor_parallel_size = "1";
@@ -150,6 +152,8 @@ SettingLayer cli_layer(const CLI::App& cmd, const ServeOptions& o) {
       {"enable-auto-tool-choice", b(o.enable_auto_tool_choice)},
       {"tool-call-parser", o.tool_call_parser},
       {"reasoning-parser", o.reasoning_parser},
+      {"task", o.task},
+      {"pooler-config", o.pooler_config},
   };
   SettingLayer layer;
   for (const auto& [key, value] : values)
@@ -502,6 +506,29 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   spdlog::info("stopped");
 }
 
+// How each model reads requests and shapes its output: chat template, tool
+// and reasoning parsers, embeddings.
+void add_model_behaviour_options(CLI::App* cmd, ServeOptions& o) {
+  cmd->add_option("--chat-template", o.chat_template,
+                  "Jinja chat template file (or inline template) instead of tokenizer_config.json's");
+  cmd->add_flag("--enable-auto-tool-choice,!--no-enable-auto-tool-choice", o.enable_auto_tool_choice,
+                "Parse tool calls out of the output when a request has tools and tool_choice auto (vLLM's flag; "
+                "on by default in halo)");
+  cmd->add_option("--tool-call-parser", o.tool_call_parser,
+                  "hermes, llama3_json, mistral or pythonic (default: the one the chat template implies)");
+  cmd->add_option("--reasoning-parser", o.reasoning_parser,
+                  "deepseek_r1 or qwen3: <think> text goes to reasoning_content (default: none)");
+  cmd->add_option(
+         "--task", o.task,
+         "generate, or embed: also serve POST /v1/embeddings, pooling the final hidden states "
+         "(docs/embeddings.md)")
+      ->capture_default_str();
+  cmd->add_option(
+      "--pooler-config,--override-pooler-config", o.pooler_config,
+      "With --task embed: vLLM's JSON, e.g. '{\"pooling_type\": \"MEAN\", \"normalize\": true}' "
+      "(default: the model's sentence-transformers files, else LAST, normalised)");
+}
+
 }  // namespace
 
 void add_serve_command(CLI::App& app) {
@@ -534,15 +561,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--served-model-name", o->served_model_names,
                   "Name(s) the API answers to for the first MODEL_DIR/--model model; the first is used in responses "
                   "and metrics (default: the model argument)");
-  cmd->add_option("--chat-template", o->chat_template,
-                  "Jinja chat template file (or inline template) instead of tokenizer_config.json's");
-  cmd->add_flag("--enable-auto-tool-choice,!--no-enable-auto-tool-choice", o->enable_auto_tool_choice,
-                "Parse tool calls out of the output when a request has tools and tool_choice auto (vLLM's flag; "
-                "on by default in halo)");
-  cmd->add_option("--tool-call-parser", o->tool_call_parser,
-                  "hermes, llama3_json, mistral or pythonic (default: the one the chat template implies)");
-  cmd->add_option("--reasoning-parser", o->reasoning_parser,
-                  "deepseek_r1 or qwen3: <think> text goes to reasoning_content (default: none)");
+  add_model_behaviour_options(cmd, *o);
   cmd->add_option("--api-key", o->api_key,
                   "Require 'Authorization: Bearer KEY' (env HALO_API_KEY or VLLM_API_KEY); /health and /metrics stay open")
       ->envname("HALO_API_KEY");
