@@ -5,12 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/error.h"
+#include "common/file_text.h"
 #include "common/half.h"
 #include "model/safetensors.h"
 #include "model/weight_map.h"
@@ -73,14 +72,6 @@ void refuse_unsupported(const json& j) {
   if (set("fan_in_fan_out") && j["fan_in_fan_out"] == true)
     throw Error(
         "adapter_config.json: fan_in_fan_out (Conv1D layers, GPT-2 style) is not supported");
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot be read", p.string()));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 std::vector<float> to_f32(const SafetensorsFile& f, const TensorInfo& t) {
@@ -207,7 +198,7 @@ LoraAdapter LoraAdapter::load(const fs::path& dir, const ModelConfig& base, int 
                         ? " (adapter_model.bin is a pickle, which halo does not read: save with "
                           "safe_serialization=True)"
                         : ""));
-  ad.config = parse_lora_config(read_text(cfg));
+  ad.config = parse_lora_config(read_file_text(cfg));
   const SafetensorsFile f(file);
   // The base's projections by Hugging Face module (Phi-3's fused ones give several).
   std::map<std::string, std::vector<WeightSource>> by_module;

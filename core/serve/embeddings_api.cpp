@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <optional>
 #include <cstring>
 
 #include "serve/api_error.h"
@@ -110,18 +111,14 @@ EmbeddingsRequest parse_embeddings(Fields& f, const ServedModel& m, const Servin
   f.touch("user");
   f.touch("encoding_format");
   const bool add_special = f.boolean("add_special_tokens").value_or(true);
-  const auto truncate = f.integer("truncate_prompt_tokens", -1, m.max_model_len);
+  std::optional<int> truncate;
+  if (auto k = f.integer("truncate_prompt_tokens", -1, m.max_model_len)) truncate = static_cast<int>(*k);
   for (const auto& p : r.prompts)
     core.check_prompt_bytes(m, p.text.size(), "input");  // before tokenizing
   for (auto& p : r.prompts) {
     if (p.from_text) p.ids = m.tokenizer().encode(p.text, add_special);
     if (p.ids.empty()) throw ApiError(400, "an input is empty", "input", error_code::kInvalidValue);
-    if (truncate) {
-      const size_t keep =
-          *truncate < 0 ? static_cast<size_t>(m.max_model_len) : static_cast<size_t>(*truncate);
-      if (p.ids.size() > keep)
-        p.ids.erase(p.ids.begin(), p.ids.end() - static_cast<std::ptrdiff_t>(keep));
-    }
+    truncate_prompt(p.ids, truncate, m.max_model_len);
     if (static_cast<int>(p.ids.size()) > m.max_model_len)
       throw ApiError(
           400,

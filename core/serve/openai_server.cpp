@@ -805,20 +805,6 @@ HttpResponse OpenAIServer::chat_render(const HttpRequest& req) {
 
 // ---- generation endpoints ----
 
-namespace {
-
-void truncate(std::vector<int32_t>& ids, std::optional<int> k, int max_model_len) {
-  if (!k) return;
-  int keep = *k < 0 ? max_model_len : *k;
-  if (keep > max_model_len)
-    throw ApiError(400,
-                   fmt::format("'truncate_prompt_tokens' ({}) must not exceed the maximum context length ({})", keep,
-                               max_model_len),
-                   "truncate_prompt_tokens", error_code::kInvalidValue);
-  if (static_cast<int>(ids.size()) > keep) ids.erase(ids.begin(), ids.end() - keep);
-}
-
-}  // namespace
 
 void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
   json body = ctx_.parse_request(req);
@@ -845,7 +831,7 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
   for (auto& p : prompts) {
     if (p.from_text) p.ids = m.tokenizer().encode(p.text, add_special);
     if (p.ids.empty()) throw ApiError(400, "the prompt is empty", "prompt", error_code::kInvalidValue);
-    truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
+    truncate_prompt(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
   }
   auto& s = job->sreq.options.sampling;
   job->completion_logprobs = s.logprobs;
@@ -934,7 +920,7 @@ void OpenAIServer::run_chat(std::string_view text, json body, const char* id_pre
       job->constrained = false;
     }
   Prompt p{prompt, true, m.tokenizer().encode(prompt, add_special && !text::starts_with_bos(prompt, m.bos))};
-  truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
+  truncate_prompt(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
   settle_max_tokens(job->sreq, Endpoint::kChat, static_cast<int>(p.ids.size()), m.max_model_len,
                     m.defaults.generation);
   job->want_prompt_logprobs = job->sreq.options.sampling.prompt_logprobs >= 0;
@@ -960,7 +946,7 @@ void OpenAIServer::generate(const HttpRequest& req, const std::shared_ptr<Respon
   if (!prompt) throw ApiError(400, "'prompt' (a string) is required", "prompt", error_code::kMissingParameter);
   ctx_.core().check_prompt_bytes(m, prompt->size(), "prompt");
   Prompt p{*prompt, true, m.tokenizer().encode(*prompt, true)};
-  truncate(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
+  truncate_prompt(p.ids, job->sreq.truncate_prompt_tokens, m.max_model_len);
   settle_max_tokens(job->sreq, Endpoint::kGenerate, static_cast<int>(p.ids.size()), m.max_model_len,
                     m.defaults.generation);
   f.log_unknown("/generate");

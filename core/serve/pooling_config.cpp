@@ -2,11 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/error.h"
+#include "common/file_text.h"
 
 namespace halo::serve {
 
@@ -23,14 +22,6 @@ json parse_object(const std::string& text, const std::string& what) {
   }
   if (!j.is_object()) throw Error(fmt::format("{}: expected a JSON object", what));
   return j;
-}
-
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot be read", p.string()));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // modules.json: a list of {"path": ..., "type": "sentence_transformers.models.X"}.
@@ -153,11 +144,11 @@ engine::PoolingParams resolve_pooling(const std::string& pooler_config,
   if (auto p = parse_pooler_config(pooler_config)) return *p;
   const auto modules = dir / "modules.json";
   if (std::filesystem::exists(modules)) {
-    const std::string text = read_text(modules);
+    const std::string text = read_file_text(modules);
     std::string config;
     try {
       const std::string sub = sentence_transformers_pooling_dir(text);
-      if (!sub.empty()) config = read_text(dir / sub / "config.json");
+      if (!sub.empty()) config = read_file_text(dir / sub / "config.json");
       return parse_sentence_transformers(text, config);
     } catch (const Error& e) {
       throw Error(fmt::format("{}: {}", dir.string(), e.what()));

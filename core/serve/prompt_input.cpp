@@ -62,4 +62,15 @@ std::vector<Prompt> parse_prompts(const json& value, const char* param, int voca
   return prompts;
 }
 
+void truncate_prompt(std::vector<int32_t>& ids, std::optional<int> k, int max_model_len) {
+  if (!k) return;
+  int keep = *k < 0 ? max_model_len : *k;
+  if (keep > max_model_len)
+    throw ApiError(400,
+                   fmt::format("'truncate_prompt_tokens' ({}) must not exceed the maximum context length ({})",
+                               keep, max_model_len),
+                   "truncate_prompt_tokens", error_code::kInvalidValue);
+  if (static_cast<int>(ids.size()) > keep) ids.erase(ids.begin(), ids.end() - keep);
+}
+
 }  // namespace halo::serve
