@@ -1,4 +1,4 @@
-/* halo device plugin ABI, version 1.5. Minor versions only append:
+/* halo device plugin ABI, version 1.6. Minor versions only append:
  *  1.1: compile, device_get_stats, halo_model_spec.compiled_model_dir / compiled_target;
  *  1.2: halo_limits.kv_cache_dtype;
  *  1.3: halo_limits.compute_dtype; status codes DEVICE_LOST, UNAVAILABLE,
@@ -13,7 +13,10 @@
  *  1.5: speculative decoding: halo_limits.num_speculative_tokens (how many
  *       proposed tokens per sequence a decode step may verify),
  *       halo_execute_args.hidden_states and HALO_CAP_HIDDEN_STATES (the
- *       final-normed hidden rows an EAGLE/MTP head would take).
+ *       final-normed hidden rows an EAGLE/MTP head would take);
+ *  1.6: LoRA adapters: HALO_CAP_LORA, halo_limits.max_loras and
+ *       .max_lora_rank (adapter slots), lora_slot_set (fills or empties a
+ *       slot), halo_execute_args.lora_slots (each sequence's slot).
  *
  * A device plugin is a shared library that exports one symbol,
  *
@@ -55,6 +58,8 @@
  *    it, then that it is not NULL.
  *  - v1.2: no new entries (fields and codes only).
  *  - v1.3, optional: device_measure_peak.
+ *  - v1.6, optional: lora_slot_set (set if and only if the device claims
+ *    HALO_CAP_LORA).
  *
  * Threads. The core's calling pattern, which a plugin may rely on:
  *  - error_code, error_message, error_destroy, device_count,
@@ -67,10 +72,11 @@
  *    on the same device_index give two trees. A plugin whose trees share
  *    hardware or state serializes inside.
  *  - Within one tree the core makes one call at a time: execute,
- *    kv_cache_copy_blocks, kv_cache_create, prepare, device_measure_peak and
- *    the destroys of that tree never overlap. The calls of a tree may come from different threads
- *    over its life (built on a loader thread, stepped on the engine thread),
- *    so a plugin keeps no per-thread state. Calls return when their work is
+ *    kv_cache_copy_blocks, kv_cache_create, prepare, device_measure_peak,
+ *    lora_slot_set and the destroys of that tree never overlap. The calls of
+ *    a tree may come from different threads over its life (built on a
+ *    loader thread, stepped on the engine thread), so a plugin keeps no
+ *    per-thread state. Calls return when their work is
  *    done (execute: the logits are written); the plugin never calls back.
  *
  * Lifetimes and destruction. The core destroys children before parents:
@@ -120,7 +126,7 @@ extern "C" {
 #endif
 
 #define HALO_ABI_VERSION_MAJOR 1
-#define HALO_ABI_VERSION_MINOR 5
+#define HALO_ABI_VERSION_MINOR 6
 
 /* Name of the one symbol every plugin exports. */
 #define HALO_PLUGIN_ENTRY_SYMBOL "halo_plugin_get_api"
@@ -208,6 +214,9 @@ typedef enum halo_device_kind {
 #define HALO_CAP_TENSOR_PARALLEL (1u << 7)
 /* v1.5: execute fills halo_execute_args.hidden_states when the caller asks. */
 #define HALO_CAP_HIDDEN_STATES (1u << 8)
+/* v1.6: LoRA adapter slots (halo_limits.max_loras, lora_slot_set,
+ * halo_execute_args.lora_slots). */
+#define HALO_CAP_LORA (1u << 9)
 
 typedef struct halo_device_properties {
   size_t struct_size;
@@ -445,6 +454,13 @@ typedef struct halo_limits {
    * plugin older than v1.5 assumes the proposal is honoured when the device
    * mixes prefill and decode (HALO_CAP_MIXED_BATCH) and 0 otherwise. */
   int32_t num_speculative_tokens;
+  /* v1.6: LoRA adapter slots (HALO_CAP_LORA). in: the slots the core wants
+   * (0 = no LoRA) and the largest adapter rank it will load; out: the slots
+   * the executable has (0 for a device without LoRA, or one that refuses
+   * it) and the largest rank a slot takes. A plugin may answer fewer slots
+   * or a smaller rank; the core then refuses what does not fit. */
+  int32_t max_loras;
+  int32_t max_lora_rank;
 } halo_limits;
 
 /* v1.2: KV cache element types (halo_limits.kv_cache_dtype). */
@@ -572,6 +588,13 @@ typedef struct halo_execute_args {
    * the same logits_indices: logits = hidden_states x lm_head^T. Only asked
    * of a device with HALO_CAP_HIDDEN_STATES; one without it ignores it. */
   DLTensor* hidden_states;
+  /* v1.6: [num_seqs], the LoRA slot each sequence runs with (-1: the base
+   * model alone), or NULL (every sequence runs the base). A slot must be in
+   * [0, limits.max_loras) and filled by lora_slot_set; an empty slot runs as
+   * the base. A device without HALO_CAP_LORA refuses a non-NULL array with
+   * any slot >= 0 (UNIMPLEMENTED). Sequences of different slots and of the
+   * base share one step: each sequence's rows are those it would get alone. */
+  const int32_t* lora_slots;
 } halo_execute_args;
 
 /* ------------------------------------------------------------- buffers */
@@ -658,6 +681,36 @@ typedef struct halo_device_measure_peak_args {
   char method[128];       /* out: how, e.g. "oneDNN brg:avx512_core_bf16, 256x2048x2048" */
 } halo_device_measure_peak_args;
 
+/* ------------------------------------------------------- v1.6: LoRA */
+
+/* Fills LoRA adapter slot `slot` of an executable, replacing what it held,
+ * or empties it (num_weights = 0). A projection W [out, in] of the model then
+ * computes, for the sequences execute runs with that slot,
+ *
+ *     y = x W^T + (x A^T) B^T
+ *
+ * with the adapter's A [rank, in] and B [out, rank]; the adapter's scale
+ * (lora_alpha / rank) is already folded into B. Weights are named
+ * "{projection}" HALO_LORA_A_SUFFIX and "{projection}" HALO_LORA_B_SUFFIX,
+ * e.g. "layers.3.q_proj.lora_a", for any of the projections q/k/v/o_proj and
+ * gate/up/down_proj (never embed_tokens or lm_head); a projection without
+ * both has no adapter. fp32, bf16 or fp16, row-major; ranks may differ per
+ * projection, each at most limits.max_lora_rank. The plugin copies what it
+ * needs: the caller may free the weights when the call returns.
+ * INVALID_ARGUMENT names an unknown projection, a lone A or B, or a wrong
+ * shape or dtype; OUT_OF_RANGE a slot outside [0, max_loras) or a rank above
+ * max_lora_rank; either leaves the slot as it was. */
+typedef struct halo_lora_slot_args {
+  size_t struct_size;
+  halo_executable* executable;
+  int32_t slot;
+  const halo_named_tensor* weights;
+  size_t num_weights;
+} halo_lora_slot_args;
+
+#define HALO_LORA_A_SUFFIX ".lora_a"
+#define HALO_LORA_B_SUFFIX ".lora_b"
+
 /* ---------------------------------------------------------- the table */
 
 typedef struct halo_plugin_api {
@@ -701,6 +754,9 @@ typedef struct halo_plugin_api {
 
   /* v1.3 (NULL when unsupported; check struct_size first). */
   halo_error* (*device_measure_peak)(halo_device_measure_peak_args* args);
+
+  /* v1.6 (set if and only if HALO_CAP_LORA; check struct_size first). */
+  halo_error* (*lora_slot_set)(halo_lora_slot_args* args);
 } halo_plugin_api;
 
 typedef const halo_plugin_api* (*halo_plugin_get_api_fn)(void);
