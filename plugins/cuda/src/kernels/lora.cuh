@@ -44,6 +44,14 @@ struct LoraMat {
   int32_t rank = 0;       // 0: no adapter
 };
 
+// a[z] of a kernel parameter array without indexing it at run time (which
+// would copy the parameters to local memory on the GPU).
+template <class V>
+HALO_HD inline V pick(const V (&a)[kLoraMaxFused], int z) {
+  static_assert(kLoraMaxFused == 3, "pick() selects among 3");
+  return z == 0 ? a[0] : z == 1 ? a[1] : a[2];
+}
+
 // The tiles of a step (step_plan.h).
 struct LoraTiles {
   const int32_t* slot = nullptr;   // [tiles], -1: unused
@@ -75,7 +83,7 @@ struct LoraShrinkKernel {
     const int t = c.block.x, z = c.block.z;
     const int slot = p.tiles.slot[t];
     if (slot < 0) return kDone;
-    const LoraMat<W> m = p.mats[z][slot];
+    const LoraMat<W> m = pick(p.mats, z)[slot];
     const int warps = c.nthreads / 32, w = c.tid / 32, lane = c.tid % 32;
     const int j0 = c.block.y * warps, j = j0 + w;
     if (j0 >= m.rank) return kDone;  // the whole block is past the rank
@@ -135,8 +143,8 @@ struct LoraExpandKernel {
     const int t = c.block.x, z = c.block.z;
     const int slot = p.tiles.slot[t];
     if (slot < 0) return kDone;
-    const LoraMat<W> m = p.mats[z][slot];
-    const int out = p.out[z], col = c.block.y * c.nthreads + c.tid;
+    const LoraMat<W> m = pick(p.mats, z)[slot];
+    const int out = pick(p.out, z), col = c.block.y * c.nthreads + c.tid;
     if (m.rank == 0 || c.block.y * c.nthreads >= out) return kDone;
     const int n = p.tiles.count[t], R = m.rank;
     const int32_t* rows = p.tiles.rows + p.tiles.start[t];
@@ -161,7 +169,7 @@ struct LoraExpandKernel {
       HALO_UNROLL
       for (int r = 0; r < kLoraTileRows; ++r) {
         if (r >= n) break;
-        p.y[static_cast<size_t>(rows[r]) * p.ldy + p.col0[z] + col] += acc[r];
+        p.y[static_cast<size_t>(rows[r]) * p.ldy + pick(p.col0, z) + col] += acc[r];
       }
     }
     return kDone;
