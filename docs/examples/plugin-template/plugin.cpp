@@ -430,6 +430,16 @@ void agree_limits(halo_executable& exe, const halo_model_spec& s, halo_limits& l
     if (lim.num_speculative_tokens < 0) invalid("limits.num_speculative_tokens is negative");
   }
 #endif
+  // v1.6: no LoRA adapter slots (no HALO_CAP_LORA, lora_slot_set NULL):
+  // whatever the core proposes, the answer is 0 slots of rank 0. Read and
+  // write the pair only when the caller's struct reaches max_lora_rank: on
+  // LP64 max_loras sits in a v1.5 caller's tail padding.
+#if HALO_ABI_VERSION_MINOR >= 6
+  if (lim.struct_size >= HALO_STRUCT_SIZE(halo_limits, max_lora_rank)) {
+    lim.max_loras = 0;
+    lim.max_lora_rank = 0;
+  }
+#endif
 }
 
 halo_error* prepare(halo_prepare_args* args) {
@@ -585,6 +595,19 @@ void validate_step(const halo_execute_args* a, const halo_executable* exe,
     if (a->slot_mapping[t] < -1 || a->slot_mapping[t] >= slots)
       out_of_range("slot_mapping[", t, "]=", a->slot_mapping[t], " is outside [-1, ", slots, ")");
   }
+  // v1.6: no LoRA here. lora_slots (when the caller's struct has it) may be
+  // NULL or all -1 (the base model); a slot >= 0 asks for an adapter this
+  // plugin cannot run.
+#if HALO_ABI_VERSION_MINOR >= 6
+  if (a->struct_size >= HALO_STRUCT_SIZE(halo_execute_args, lora_slots) && a->lora_slots)
+    for (int32_t s = 0; s < S; ++s) {
+      if (a->lora_slots[s] < -1)
+        out_of_range("lora_slots[", s, "]=", a->lora_slots[s], " is outside [-1, 0)");
+      if (a->lora_slots[s] >= 0)
+        fail(HALO_STATUS_UNIMPLEMENTED, "lora_slots[", s, "]=", a->lora_slots[s],
+             ": this plugin has no LoRA adapter slots (no HALO_CAP_LORA, max_loras=0)");
+    }
+#endif
   if (a->num_logits < 0) invalid("num_logits=", a->num_logits, " is negative");
   if (a->num_logits == 0) return;
   if (a->logits_indices == nullptr)
@@ -885,6 +908,9 @@ constexpr halo_plugin_api kApi = {
     nullptr,  // device_get_stats (v1.1): optional counters
 #if HALO_ABI_VERSION_MINOR >= 3
     nullptr,  // device_measure_peak (v1.3): optional, for halo bench's roofline
+#endif
+#if HALO_ABI_VERSION_MINOR >= 6
+    nullptr,  // lora_slot_set (v1.6): set only by a device claiming HALO_CAP_LORA
 #endif
 };
 

@@ -245,6 +245,7 @@ constexpr halo_plugin_api kApi = {
     entry<"compile", compile>,
     entry<"device_get_stats", device_get_stats>,
     entry<"device_measure_peak", device_measure_peak>,
+    nullptr,  // lora_slot_set (v1.6): no HALO_CAP_LORA, compiled graphs carry no adapters
 };
 
 }  // namespace

@@ -334,6 +334,8 @@ void set_limits(const halo_executable& e, halo_limits* lim, const std::string& d
   // v1.5: what the verify programs were compiled for, whatever was proposed
   // (more than that: the engine refuses speculation, naming the compile flag).
   halo::plugin::set_spec_tokens(lim, e.spec_k);
+  // v1.6: no adapter slots: the compiled graphs have no LoRA inputs.
+  halo::plugin::set_lora_limits(lim, 0, 0);
 }
 
 }  // namespace
@@ -352,6 +354,8 @@ void prepare(halo_prepare_args* a) {
   halo::plugin::check_kv_dtype("rbln", halo::plugin::proposed_kv_dtype(lim), {HALO_KV_DTYPE_FP32});
   // v1.5: a negative proposal is refused; any other gets the compiled K (set_limits).
   (void)halo::plugin::proposed_spec_tokens(lim);
+  // v1.6: likewise for the LoRA proposal; any other is answered 0 slots (set_limits).
+  (void)halo::plugin::proposed_lora(lim);
   const halo_model_spec& s = *a->spec;
   const fs::path root = compiled_dir(s);
   const nlohmann::json man = read_manifest(root, s);
@@ -516,6 +520,12 @@ StepKind validate_step(const halo_execute_args* a, const halo_executable& e,
   for (int32_t i = 0; i < a->num_logits; ++i)
     if (a->logits_indices[i] < 0 || a->logits_indices[i] >= T)
       fail(HALO_STATUS_OUT_OF_RANGE, "execute: logits_indices[", i, "]=", a->logits_indices[i], " is outside [0, ", T, ")");
+  // v1.6: no LoRA (no HALO_CAP_LORA, max_loras 0): lora_slots all -1 runs the base.
+  halo::plugin::check_lora_slots(
+      a, 0,
+      "the rbln plugin runs graphs compiled ahead of time by `halo compile`, which carry no "
+      "adapter inputs (adapters are not compiled in); serve this adapter on a device with "
+      "HALO_CAP_LORA, or merge it into the weights before compiling");
   return multi_token ? classify_multi_token(a, e) : StepKind::kDecode;
 }
 

@@ -440,6 +440,27 @@ void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const K
     if (const DLTensor* hs = hidden_states_out(a); hs && exe->hidden > 0)
       check_output_rows("hidden_states", hs, a->num_logits, exe->hidden);
   }
+  check_lora_slots(a, exe->max_loras, exe->no_lora_reason);
+}
+
+void check_lora_slots(const halo_execute_args* a, int32_t max_loras, const char* no_lora_reason) {
+  const int32_t* slots = lora_slots_in(a);
+  if (slots == nullptr) return;
+  for (int32_t s = 0; s < a->num_seqs; ++s) {
+    const int32_t v = slots[s];
+    if (v < -1 || (max_loras > 0 && v >= max_loras))
+      out_of_range("execute: lora_slots[", s, "]=", v, " is outside [-1, ", max_loras,
+                   ") (-1: the base model; max_loras=", max_loras, ")");
+    if (v >= 0 && max_loras == 0)
+      fail(HALO_STATUS_UNIMPLEMENTED, "execute: lora_slots[", s, "]=", v,
+           " asks for a LoRA adapter, but ",
+           no_lora_reason ? no_lora_reason
+                          : "this plugin does not claim HALO_CAP_LORA (max_loras=0)");
+  }
+}
+
+const int32_t* lora_slots_in(const halo_execute_args* a) {
+  return HALO_HAS_FIELD(a, halo_execute_args, lora_slots) ? a->lora_slots : nullptr;
 }
 
 DLTensor* hidden_states_out(const halo_execute_args* a) {
@@ -480,6 +501,169 @@ kernels::RopeParams rope_params(const halo_model_spec& s) {
   rp.high_freq_factor = s.rope_high_freq_factor;
   rp.original_max_position = s.rope_original_max_position;
   return rp;
+}
+
+// ------------------------------------------------------- v1.6: LoRA
+
+const char* lora_proj_name(int proj) {
+  static constexpr const char* kNames[kNumLoraProj] = {
+      HALO_WEIGHT_Q_PROJ,    HALO_WEIGHT_K_PROJ,  HALO_WEIGHT_V_PROJ,   HALO_WEIGHT_O_PROJ,
+      HALO_WEIGHT_GATE_PROJ, HALO_WEIGHT_UP_PROJ, HALO_WEIGHT_DOWN_PROJ};
+  return proj >= 0 && proj < kNumLoraProj ? kNames[proj] : "unknown";
+}
+
+int64_t LoraModel::in(int proj) const {
+  return proj == kLoraO ? q_out : proj == kLoraDown ? intermediate : hidden;
+}
+
+int64_t LoraModel::out(int proj) const {
+  switch (proj) {
+    case kLoraQ:
+      return q_out;
+    case kLoraK:
+    case kLoraV:
+      return kv_out;
+    case kLoraGate:
+    case kLoraUp:
+      return intermediate;
+    default:
+      return hidden;  // o_proj, down_proj
+  }
+}
+
+namespace {
+
+// "layers.{i}.{proj}" + suffix -> (layer, proj, is_b); false for anything else.
+bool parse_lora_name(std::string_view name, int32_t num_layers, int32_t* layer, int* proj,
+                     bool* is_b) {
+  const std::string_view prefix = HALO_WEIGHT_LAYER_PREFIX;
+  if (name.substr(0, prefix.size()) != prefix) return false;
+  name.remove_prefix(prefix.size());
+  int64_t i = 0;
+  size_t digits = 0;
+  while (digits < name.size() && digits < 10 && name[digits] >= '0' && name[digits] <= '9')
+    i = i * 10 + (name[digits++] - '0');
+  if (digits == 0 || (digits > 1 && name[0] == '0') || digits >= name.size() ||
+      name[digits] != '.' || i >= num_layers)
+    return false;
+  name.remove_prefix(digits + 1);
+  for (const auto& [suffix, b] : {std::pair{std::string_view(HALO_LORA_A_SUFFIX), false},
+                                  std::pair{std::string_view(HALO_LORA_B_SUFFIX), true}}) {
+    if (name.size() <= suffix.size() || name.substr(name.size() - suffix.size()) != suffix)
+      continue;
+    const std::string_view p = name.substr(0, name.size() - suffix.size());
+    for (int k = 0; k < kNumLoraProj; ++k)
+      if (p == lora_proj_name(k)) {
+        *layer = static_cast<int32_t>(i);
+        *proj = k;
+        *is_b = b;
+        return true;
+      }
+  }
+  return false;
+}
+
+// A LoRA tensor's dtype, data and 2-D shape; INVALID_ARGUMENT naming it.
+const void* lora_tensor(const std::string& name, const DLTensor* t, kernels::DType* dt) {
+  if (t == nullptr) invalid("lora_slot_set: weight '", name, "' has tensor=NULL");
+  const DLDataType d = t->dtype;
+  if (d.lanes == 1 && d.code == kDLFloat && d.bits == 32)
+    *dt = DType::F32;
+  else if (d.lanes == 1 && d.code == kDLBfloat && d.bits == 16)
+    *dt = DType::BF16;
+  else if (d.lanes == 1 && d.code == kDLFloat && d.bits == 16)
+    *dt = DType::F16;
+  else
+    invalid("lora_slot_set: weight '", name, "' has dtype ", dtype_str(d),
+            ", expected float32, bfloat16 or float16");
+  if (t->ndim != 2 || t->shape == nullptr)
+    invalid("lora_slot_set: weight '", name, "' has shape ", shape_str(t->shape, t->ndim),
+            ", expected a matrix (2 dimensions)");
+  const void* data = contiguous_data("lora_slot_set", "weight '" + name + "'", t);
+  if (reinterpret_cast<uintptr_t>(data) % kernels::dtype_size(*dt) != 0)
+    invalid("lora_slot_set: weight '", name, "' data + byte_offset is not aligned to its ",
+            kernels::dtype_size(*dt), "-byte elements");
+  return data;
+}
+
+}  // namespace
+
+std::vector<LoraWeight> validate_lora_slot(const halo_lora_slot_args* a, const LoraModel& m,
+                                           int32_t max_loras, int32_t max_lora_rank) {
+  if (a->slot < 0 || a->slot >= max_loras)
+    out_of_range("lora_slot_set: slot=", a->slot, " is outside [0, max_loras=", max_loras, ")");
+  if (a->num_weights > 0 && a->weights == nullptr)
+    invalid("lora_slot_set: weights=NULL with num_weights=", a->num_weights);
+  struct Pair {
+    const halo_named_tensor* w[2] = {nullptr, nullptr};  // A, B
+  };
+  std::map<std::pair<int32_t, int>, Pair> pairs;  // (layer, proj): ordered
+  std::set<std::string_view> seen;
+  for (size_t i = 0; i < a->num_weights; ++i) {
+    const halo_named_tensor& w = a->weights[i];
+    if (w.name == nullptr) invalid("lora_slot_set: weights[", i, "].name is NULL");
+    if (!seen.insert(w.name).second) invalid("lora_slot_set: weight '", w.name, "' is given twice");
+    int32_t layer = 0;
+    int proj = 0;
+    bool is_b = false;
+    if (!parse_lora_name(w.name, m.num_layers, &layer, &proj, &is_b))
+      invalid(
+          "lora_slot_set: weight '", w.name,
+          "' is not a LoRA weight of this model (expected layers.{i}.{q,k,v,o,gate,up,down}_proj",
+          HALO_LORA_A_SUFFIX, " or ", HALO_LORA_B_SUFFIX, " with i < num_layers=", m.num_layers,
+          ")");
+    pairs[{layer, proj}].w[is_b ? 1 : 0] = &w;
+  }
+  std::vector<LoraWeight> out;
+  for (const auto& [key, p] : pairs) {
+    const std::string base =
+        cat(HALO_WEIGHT_LAYER_PREFIX, key.first, ".", lora_proj_name(key.second));
+    if (p.w[0] == nullptr || p.w[1] == nullptr)
+      invalid("lora_slot_set: '", p.w[0] ? p.w[0]->name : p.w[1]->name, "' comes without '", base,
+              p.w[0] ? HALO_LORA_B_SUFFIX : HALO_LORA_A_SUFFIX,
+              "' (an adapter needs both A and B of its projection)");
+    LoraWeight lw;
+    lw.layer = key.first;
+    lw.proj = key.second;
+    lw.in = m.in(lw.proj);
+    lw.out = m.out(lw.proj);
+    const std::string an = p.w[0]->name, bn = p.w[1]->name;
+    lw.a = lora_tensor(an, p.w[0]->tensor, &lw.a_dtype);
+    lw.b = lora_tensor(bn, p.w[1]->tensor, &lw.b_dtype);
+    const int64_t* as = p.w[0]->tensor->shape;
+    const int64_t* bs = p.w[1]->tensor->shape;
+    lw.rank = as[0];
+    if (lw.rank <= 0 || as[1] != lw.in)
+      invalid("lora_slot_set: weight '", an, "' has shape ", shape_str(as, 2), ", expected [rank, ",
+              lw.in, "] with rank >= 1 (A of ", base, " [", lw.out, ", ", lw.in, "])");
+    if (bs[0] != lw.out || bs[1] != lw.rank)
+      invalid("lora_slot_set: weight '", bn, "' has shape ", shape_str(bs, 2), ", expected [",
+              lw.out, ", ", lw.rank, "] (B of ", base, " [", lw.out, ", ", lw.in, "], rank ",
+              lw.rank, " from its A)");
+    if (lw.rank > max_lora_rank)
+      out_of_range("lora_slot_set: weight '", an, "' has rank ", lw.rank,
+                   ", above the agreed max_lora_rank=", max_lora_rank);
+    out.push_back(lw);
+  }
+  return out;
+}
+
+LoraProposal proposed_lora(const halo_limits* lim) {
+  LoraProposal p;
+  if (!HALO_HAS_FIELD(lim, halo_limits, max_lora_rank)) return p;
+  if (lim->max_loras < 0)
+    invalid("prepare: limits.max_loras=", lim->max_loras, " is negative (0 = no LoRA)");
+  if (lim->max_lora_rank < 0)
+    invalid("prepare: limits.max_lora_rank=", lim->max_lora_rank, " is negative");
+  p.max_loras = lim->max_loras;
+  p.max_lora_rank = lim->max_lora_rank;
+  return p;
+}
+
+void set_lora_limits(halo_limits* lim, int32_t max_loras, int32_t max_lora_rank) {
+  if (!HALO_HAS_FIELD(lim, halo_limits, max_lora_rank)) return;
+  lim->max_loras = max_loras;
+  lim->max_lora_rank = max_lora_rank;
 }
 
 // ------------------------------------------------------------ buffers

@@ -98,6 +98,12 @@ struct ExecLimits {
   // v1.5: the width of halo_execute_args.hidden_states rows; 0 = the plugin
   // does not fill them (no HALO_CAP_HIDDEN_STATES), so they are not checked.
   int32_t hidden = 0;
+  // v1.6: the agreed limits.max_loras. execute's lora_slots (when the
+  // caller's struct has the field and it is not NULL) must each be -1 or in
+  // [0, max_loras) (OUT_OF_RANGE); with max_loras = 0 a slot >= 0 is refused
+  // UNIMPLEMENTED, naming no_lora_reason (default: no HALO_CAP_LORA).
+  int32_t max_loras = 0;
+  const char* no_lora_reason = nullptr;
 };
 struct KvLimits {
   int32_t num_blocks = 0, block_size = 0;
@@ -106,6 +112,14 @@ void validate_execute(const halo_execute_args* a, const ExecLimits* exe, const K
 // v1.5: the caller's hidden_states output, or NULL when it did not ask (or is
 // older than v1.5). validate_execute has checked its shape when exe->hidden > 0.
 DLTensor* hidden_states_out(const halo_execute_args* a);
+// v1.6: the caller's lora_slots ([num_seqs]), or NULL when it passed none
+// (or is older than v1.6). validate_execute has checked every entry.
+const int32_t* lora_slots_in(const halo_execute_args* a);
+// The lora_slots part of validate_execute, for a plugin with checks of its own
+// (num_seqs already checked): each entry -1 or in [0, max_loras)
+// (OUT_OF_RANGE); with max_loras = 0 an entry >= 0 is UNIMPLEMENTED, the
+// message naming no_lora_reason (NULL: no HALO_CAP_LORA).
+void check_lora_slots(const halo_execute_args* a, int32_t max_loras, const char* no_lora_reason);
 // kv_cache_copy_blocks after its kv_cache NULL check: pointers, num_pairs, every
 // index in [0, num_blocks) (OUT_OF_RANGE), and no destination repeated or also
 // a source (INVALID_ARGUMENT: the result would depend on the copy order).
@@ -135,6 +149,55 @@ void set_compute_dtype(halo_limits* lim, int32_t dtype);
 // has the field.
 int32_t proposed_spec_tokens(const halo_limits* lim);
 void set_spec_tokens(halo_limits* lim, int32_t agreed);
+
+// ------------------------------------------------------- v1.6: LoRA
+
+// The projections an adapter may target, in the order plugins keep them.
+enum LoraProj : int { kLoraQ, kLoraK, kLoraV, kLoraO, kLoraGate, kLoraUp, kLoraDown, kNumLoraProj };
+const char* lora_proj_name(int proj);  // "q_proj", ...
+
+// The shapes a slot's adapters must fit: a projection's W is [out, in].
+struct LoraModel {
+  int32_t num_layers = 0, hidden = 0, intermediate = 0, q_out = 0,
+          kv_out = 0;  // q_out = heads*head_dim
+  int64_t in(int proj) const;
+  int64_t out(int proj) const;
+};
+
+// One projection's adapter as given: A [rank, in] and B [out, rank], each
+// fp32, bf16 or fp16, contiguous host memory.
+struct LoraWeight {
+  int32_t layer = 0;
+  int proj = 0;  // LoraProj
+  int64_t rank = 0, in = 0, out = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  kernels::DType a_dtype = kernels::DType::F32, b_dtype = kernels::DType::F32;
+};
+
+// lora_slot_set after its executable NULL check: the slot in [0, max_loras)
+// and every rank <= max_lora_rank (OUT_OF_RANGE); a NULL weights array with
+// num_weights > 0, a NULL name or tensor, a name twice, a name that is not
+// "layers.{i}.{q,k,v,o,gate,up,down}_proj" HALO_LORA_A_SUFFIX / _B_SUFFIX
+// with i < num_layers, an A without its B or a B without its A, a dtype other
+// than fp32/bf16/fp16, a shape other than A [r, in], B [out, r] with r >= 1,
+// or a strided, misaligned or non-host tensor (INVALID_ARGUMENT, naming the
+// weight and, for a shape, expected against given). Checks everything before
+// returning, so a plugin that validates first leaves a refused slot as it
+// was. The adapters in (layer, projection) order; empty for num_weights = 0.
+std::vector<LoraWeight> validate_lora_slot(const halo_lora_slot_args* a, const LoraModel& m,
+                                           int32_t max_loras, int32_t max_lora_rank);
+
+// prepare: the slots and largest rank the caller proposes, 0 and 0 when its
+// limits struct ends before max_lora_rank (a v1.5 caller: on LP64 max_loras
+// lies in the v1.5 struct's tail padding, so struct_size covering max_loras
+// alone proves nothing); INVALID_ARGUMENT when negative.
+struct LoraProposal {
+  int32_t max_loras = 0, max_lora_rank = 0;
+};
+LoraProposal proposed_lora(const halo_limits* lim);
+// Writes the answer back when the caller's struct has both fields.
+void set_lora_limits(halo_limits* lim, int32_t max_loras, int32_t max_lora_rank);
 
 size_t buffer_elem_size(const char* where, DLDataType t);
 // buffer_to_host: INVALID_ARGUMENT naming `where` unless the host tensor has
