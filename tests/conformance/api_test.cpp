@@ -904,8 +904,9 @@ TEST_F(Conformance, PropertiesSanity) {
     EXPECT_LE(p.memory_free_bytes, p.memory_bytes) << CONTRACT_PROPERTIES;
     EXPECT_GE(p.num_chips, 1) << CONTRACT_PROPERTIES;
     constexpr uint32_t known = HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 |
-                               HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH | HALO_CAP_STATIC_SHAPES |
-                               HALO_CAP_BUFFERS | HALO_CAP_TENSOR_PARALLEL | HALO_CAP_HIDDEN_STATES;
+                               HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH |
+                               HALO_CAP_STATIC_SHAPES | HALO_CAP_BUFFERS |
+                               HALO_CAP_TENSOR_PARALLEL | HALO_CAP_HIDDEN_STATES | HALO_CAP_LORA;
     EXPECT_EQ(p.capabilities & ~known, 0u) << "unknown capability bits " CONTRACT_PROPERTIES;
     EXPECT_NE(p.capabilities & (HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16), 0u)
         << "no weight dtype claimed " CONTRACT_PROPERTIES;

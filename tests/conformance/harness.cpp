@@ -722,6 +722,10 @@ std::optional<Session> make_session(const Lib& lib, int index, const Model& m,
   lim.block_size = o.proposal.block_size;
   if (lsize >= HALO_STRUCT_SIZE(halo_limits, num_speculative_tokens))
     lim.num_speculative_tokens = o.proposal.num_speculative_tokens;
+  if (lsize >= HALO_STRUCT_SIZE(halo_limits, max_lora_rank)) {
+    lim.max_loras = o.proposal.max_loras;
+    lim.max_lora_rank = o.proposal.max_lora_rank;
+  }
   halo_prepare_args a{};
   a.struct_size = o.prepare_args_size ? o.prepare_args_size : sizeof a;
   a.device = s.device.get();
@@ -847,6 +851,7 @@ Status run_step(Session& s, const std::vector<Chunk>& batch, std::vector<std::ve
   a.logits_indices = asked.empty() ? nullptr : asked.data();
   a.logits = asked.empty() ? nullptr : &lg;
   a.hidden_states = hsize > 0 && !asked.empty() ? &hs : nullptr;
+  a.lora_slots = extras.lora_slots ? extras.lora_slots->data() : nullptr;
   Status st = take(s.lib->api, s.lib->api->execute(&a));
   if (!st.ok()) return st;
   for (const Chunk& c : batch) c.seq->cached += c.n_new;

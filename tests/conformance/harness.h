@@ -191,6 +191,8 @@ struct Proposal {
   int max_num_batched_tokens = 128;
   int block_size = 0;
   int num_speculative_tokens = 0;  // v1.5 (and a compiled device's compile option of that name)
+  int max_loras = 0;               // v1.6: LoRA adapter slots (0 = none) ...
+  int max_lora_rank = 0;           // ... and the largest rank they take
 };
 
 // A prepared executable with a KV cache.
@@ -243,6 +245,8 @@ struct StepExtras {
   // plugin wrote nothing.
   int hidden_size = 0;
   std::vector<std::vector<float>>* hidden = nullptr;
+  // v1.6: each chunk's LoRA slot (halo_execute_args.lora_slots), or NULL.
+  const std::vector<int32_t>* lora_slots = nullptr;
 };
 // Runs one execute(): rows in chunk order. Advances seq->cached on success.
 Status run_step(Session& s, const std::vector<Chunk>& batch, std::vector<std::vector<float>>* rows,

@@ -38,6 +38,18 @@ namespace conf {
   "[contract: speculative decoding - a verify step equals decoding token by token (v1.5)]"
 #define CONTRACT_HIDDEN \
   "[contract: speculative decoding - hidden_states are the rows lm_head takes (v1.5)]"
+#define CONTRACT_LORA_MERGED \
+  "[contract: LoRA - a slot runs as the model with merged weights W + B A (v1.6)]"
+#define CONTRACT_LORA_MIXED                                                                        \
+  "[contract: LoRA - a step mixing the base and several slots gives each sequence its rows alone " \
+  "(v1.6)]"
+#define CONTRACT_LORA_SLOTS \
+  "[contract: LoRA - an emptied slot runs the base, a refilled one the new adapter (v1.6)]"
+#define CONTRACT_LORA_REFUSED                                                                   \
+  "[contract: LoRA - bad adapters and slots are refused, leaving slots and cache as they were " \
+  "(v1.6)]"
+#define CONTRACT_LORA_NONE \
+  "[contract: LoRA - a device without HALO_CAP_LORA answers 0 slots and refuses adapters (v1.6)]"
 #define CONTRACT_QUANT_REFUSED                                                                \
   "[contract: quantized weights outside the declared layouts are refused, naming the weight " \
   "(v1.4)]"

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -82,7 +83,7 @@ TEST(CpuPluginDevice, CountAndProperties) {
   EXPECT_EQ(p.num_chips, 1);
   const uint32_t want = HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 |
                         HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS |
-                        HALO_CAP_HIDDEN_STATES;
+                        HALO_CAP_HIDDEN_STATES | HALO_CAP_LORA;
   EXPECT_EQ(p.capabilities, want);
   EXPECT_EQ(p.max_batch_size, 0);
   EXPECT_EQ(p.required_block_size, 0);
@@ -197,6 +198,10 @@ struct PrepareFixture : ::testing::Test {
     halo_limits lim{};
     lim.struct_size = sizeof lim;
     lim.kv_cache_dtype = kv_dtype;
+    if (limits_out && limits_out->struct_size == sizeof lim) {  // v1.6: a LoRA proposal
+      lim.max_loras = limits_out->max_loras;
+      lim.max_lora_rank = limits_out->max_lora_rank;
+    }
     halo_prepare_args p{};
     p.struct_size = sizeof p;
     p.device = dev.get();
@@ -386,6 +391,28 @@ TEST_F(PrepareFixture, NegotiatedLimits) {
   EXPECT_EQ(lim.kv_bytes_per_block,
             2ull * cfg.layers * 16 * cfg.kv_heads * cfg.head_dim * sizeof(float));
   EXPECT_GT(lim.kv_memory_available, 0u);
+}
+
+// v1.6: LoRA slots are echoed up to 64; the rank is echoed, 0 without slots;
+// a negative proposal is refused by name.
+TEST_F(PrepareFixture, LoraLimitsNegotiation) {
+  TestModel m(cfg);
+  for (const auto& [loras, rank, want_loras, want_rank] : std::vector<std::array<int32_t, 4>>{
+           {0, 0, 0, 0}, {0, 16, 0, 0}, {4, 16, 4, 16}, {1000, 8, 64, 8}}) {
+    halo_limits lim{};
+    lim.struct_size = sizeof lim;
+    lim.max_loras = loras;
+    lim.max_lora_rank = rank;
+    ASSERT_EQ(prepare(m, m.named.data(), m.named.size(), m.spec, &lim).code, HALO_STATUS_OK);
+    EXPECT_EQ(lim.max_loras, want_loras) << "proposed " << loras;
+    EXPECT_EQ(lim.max_lora_rank, want_rank) << "proposed " << loras << " slots of rank " << rank;
+  }
+  halo_limits lim{};
+  lim.struct_size = sizeof lim;
+  lim.max_loras = -1;
+  const auto s = prepare(m, m.named.data(), m.named.size(), m.spec, &lim);
+  EXPECT_EQ(s.code, HALO_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("max_loras=-1"), std::string::npos) << s.message;
 }
 
 // ------------------------------------------------------- kv cache / execute
@@ -948,6 +975,7 @@ TEST(Numerics, PositionsFeedRope) {
                       9,
                       li.data(),
                       &lt,
+                      nullptr,
                       nullptr};
   ASSERT_OK(api()->execute(&a));
   for (int t = 0; t < 9; ++t) {
@@ -1135,6 +1163,7 @@ TEST(Paging, PaddingSlotsAreNotWritten) {
                         1,
                         0,
                         li.data(),
+                        nullptr,
                         nullptr,
                         nullptr};
     ASSERT_OK(api()->execute(&x));

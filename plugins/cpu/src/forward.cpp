@@ -1,5 +1,7 @@
 // One forward step of the CPU plugin, on the fast or the reference kernels
-// (see model.h). Both read and write the same KV cache layout.
+// (see model.h). Both read and write the same KV cache layout. After each
+// projection's base matmul, exe.lora adds the LoRA deltas of the step's
+// sequences that run an adapter (ABI v1.6, lora.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -161,6 +163,8 @@ void forward_fast(halo_executable& exe, const halo_kv_cache& kv, const halo_exec
                            h + t * H);
     });
     run_linear(exe, W.qkv, h, T, H, qkv, NQKV);
+    exe.lora.apply(pool, l, {{plugin::kLoraQ, 0}, {plugin::kLoraK, NQ}, {plugin::kLoraV, NQ + NKV}},
+                   h, H, qkv, NQKV);
     const kernels::KvLayer kvl = kv_layer(exe, kv, l);
     pool.parallel_for(T, [&](size_t t, int) {
       float* qt = qkv + t * NQKV;
@@ -186,10 +190,12 @@ void forward_fast(halo_executable& exe, const halo_kv_cache& kv, const halo_exec
                                     pool.scratch(worker, 1, att_scratch));
     });
     run_linear(exe, W.o_proj, attn, T, NQ, tmp, H);
+    exe.lora.apply(pool, l, {{plugin::kLoraO, 0}}, attn, NQ, tmp, H);
     pool.parallel_for(T, [&](size_t t, int) {
       kernels::add_rmsnorm(x + t * H, tmp + t * H, W.mlp_norm.data(), H, eps, h + t * H);
     });
     run_linear(exe, W.gate_up, h, T, H, gu, 2 * I);
+    exe.lora.apply(pool, l, {{plugin::kLoraGate, 0}, {plugin::kLoraUp, I}}, h, H, gu, 2 * I);
     pool.parallel_for(T, [&](size_t t, int) {
       float* g = gu + t * 2 * I;
       if (gelu)
@@ -198,6 +204,7 @@ void forward_fast(halo_executable& exe, const halo_kv_cache& kv, const halo_exec
         kernels::silu_mul_fast(g, g + I, g, I);
     });
     run_linear(exe, W.down_proj, gu, T, 2 * I, tmp, H);
+    exe.lora.apply(pool, l, {{plugin::kLoraDown, 0}}, gu, 2 * I, tmp, H);
   }
 
   if (L == 0) return;
@@ -232,6 +239,8 @@ void forward_reference(halo_executable& exe, const halo_kv_cache& kv, const halo
       kernels::rmsnorm(x + t * H, W.attn_norm.data(), H, eps, h + t * H);
     });
     run_linear(exe, W.qkv, h, T, H, qkv, NQKV);
+    exe.lora.apply(pool, l, {{plugin::kLoraQ, 0}, {plugin::kLoraK, NQ}, {plugin::kLoraV, NQ + NKV}},
+                   h, H, qkv, NQKV);
     const kernels::KvLayer kvl = kv_layer(exe, kv, l);
     pool.parallel_for(T, [&](size_t t, int) {
       float* qt = qkv + t * NQKV;
@@ -255,11 +264,13 @@ void forward_reference(halo_executable& exe, const halo_kv_cache& kv, const halo
                                          attn + t * NQ + g * group * hd, NQ);
     });
     run_linear(exe, W.o_proj, attn, T, NQ, tmp, H);
+    exe.lora.apply(pool, l, {{plugin::kLoraO, 0}}, attn, NQ, tmp, H);
     pool.parallel_for(T, [&](size_t t, int) {
       kernels::add_inplace(x + t * H, tmp + t * H, H);
       kernels::rmsnorm(x + t * H, W.mlp_norm.data(), H, eps, h + t * H);
     });
     run_linear(exe, W.gate_up, h, T, H, gu, 2 * I);
+    exe.lora.apply(pool, l, {{plugin::kLoraGate, 0}, {plugin::kLoraUp, I}}, h, H, gu, 2 * I);
     pool.parallel_for(T, [&](size_t t, int) {
       float* g = gu + t * 2 * I;
       if (exe.activation == HALO_ACTIVATION_GELU_TANH)
@@ -268,6 +279,7 @@ void forward_reference(halo_executable& exe, const halo_kv_cache& kv, const halo
         kernels::silu_mul(g, g + I, g, I);
     });
     run_linear(exe, W.down_proj, gu, T, 2 * I, tmp, H);
+    exe.lora.apply(pool, l, {{plugin::kLoraDown, 0}}, gu, 2 * I, tmp, H);
     pool.parallel_for(T, [&](size_t t, int) { kernels::add_inplace(x + t * H, tmp + t * H, H); });
   }
 

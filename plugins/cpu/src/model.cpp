@@ -397,6 +397,14 @@ void prepare(halo_prepare_args* args) {
   agree_limits(*exe, lim, s);
   set_kv_dtype(lim, kv_agreed);
   set_spec_tokens(lim, proposed_spec_tokens(lim));  // any query count verifies
+  // v1.6: the slots asked for, at most kMaxLoras (each filled slot holds its
+  // adapters in fp32); any rank up to the proposal.
+  const LoraProposal lp = proposed_lora(lim);
+  const int32_t loras = std::min(lp.max_loras, kMaxLoras);
+  exe->lora.configure(loras, loras > 0 ? lp.max_lora_rank : 0,
+                      {s.num_layers, s.hidden_size, s.intermediate_size, s.num_heads * s.head_dim,
+                       s.num_kv_heads * s.head_dim});
+  set_lora_limits(lim, exe->lora.max_loras(), exe->lora.max_rank());
   // The narrowest type an activation is rounded to: int8 as soon as one
   // projection runs gemm_q, else bf16 as soon as one runs the bf16 GEMM; the
   // reference kernels and fp32 projections keep fp32 activations (16-bit
@@ -467,16 +475,32 @@ void execute(halo_execute_args* a) {
   if (exe == nullptr) invalid("execute: executable is NULL");
   if (kv == nullptr) invalid("execute: kv_cache is NULL");
   if (kv->owner != exe) invalid("execute: kv_cache was created for a different executable");
-  const ExecLimits lim{exe->vocab,         exe->max_num_seqs, exe->max_model_len,
-                       exe->max_num_batched_tokens, exe->block_size,   exe->hidden};
+  const ExecLimits lim{exe->vocab,
+                       exe->max_num_seqs,
+                       exe->max_model_len,
+                       exe->max_num_batched_tokens,
+                       exe->block_size,
+                       exe->hidden,
+                       exe->lora.max_loras(),
+                       "this executable was prepared with max_loras=0 (no adapter slots)"};
   const KvLimits kvl{kv->num_blocks, kv->block_size};
   validate_execute(a, &lim, &kvl);
 
   std::lock_guard<std::mutex> lock(exe->device->exec_mu);
+  exe->lora.begin_step(*a);
   if (exe->fast)
     forward_fast(*exe, *kv, *a);
   else
     forward_reference(*exe, *kv, *a);
+}
+
+// v1.6: fills or empties a LoRA slot; validated in full before the slot changes.
+void lora_slot_set(halo_lora_slot_args* args) {
+  check_args("lora_slot_set", args, "lora_slot_set: args");
+  halo_executable* exe = args->executable;
+  if (exe == nullptr) invalid("lora_slot_set: executable is NULL");
+  std::lock_guard<std::mutex> lock(exe->device->exec_mu);  // the slots execute reads
+  exe->lora.set(args);
 }
 
 }  // namespace halo::cpu

@@ -36,6 +36,7 @@
 #include "halo/kernels/gemm_q.h"
 #include "halo/kernels/kernels.h"
 #include "halo/plugin_support/validate.h"
+#include "lora.h"
 #ifdef HALO_HAVE_ONEDNN
 #include "halo/onednn/onednn.h"
 #endif
@@ -125,6 +126,8 @@ struct halo_executable {
   halo::cpu::Linear lm_head_run;
   std::vector<halo::cpu::Layer> layer;
   std::vector<float> final_norm;
+  // v1.6: LoRA adapter slots (lora.h); filled by lora_slot_set.
+  halo::cpu::LoraSlots lora;
   // Step scratch, grown on demand and reused.
   struct Scratch {
     std::vector<float> x, h, q, k, v, attn, tmp, gate, up, cos, sin, final_rows, qkv, gu;
@@ -156,6 +159,7 @@ void prepare(halo_prepare_args* args);
 void kv_cache_create(halo_kv_cache_create_args* args);
 void kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* args);
 void execute(halo_execute_args* args);
+void lora_slot_set(halo_lora_slot_args* args);
 // The forward pass of one validated step (forward.cpp).
 void forward_reference(halo_executable& exe, const halo_kv_cache& kv, const halo_execute_args& a);
 void forward_fast(halo_executable& exe, const halo_kv_cache& kv, const halo_execute_args& a);

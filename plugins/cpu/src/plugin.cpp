@@ -1,4 +1,4 @@
-// The CPU plugin: the halo_plugin_api table (device_abi.h v1.4). Fast kernels by
+// The CPU plugin: the halo_plugin_api table (device_abi.h v1.6). Fast kernels by
 // default; its fp32 reference kernels (kernels=reference) are the suite's reference.
 #include <cstdio>
 #include <cstring>
@@ -18,8 +18,8 @@ namespace halo::cpu {
 namespace {
 
 constexpr uint32_t kCapabilities = HALO_CAP_DTYPE_FP32 | HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 |
-                                   HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS |
-                                   HALO_CAP_HIDDEN_STATES;
+                                   HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH |
+                                   HALO_CAP_BUFFERS | HALO_CAP_HIDDEN_STATES | HALO_CAP_LORA;
 
 void device_count(halo_device_count_args* args) {
   check_args("device_count", args, "device_count: args");
@@ -141,6 +141,7 @@ constexpr halo_plugin_api kApi = {
     nullptr,  // compile: the CPU runs Hugging Face weights directly
     nullptr,  // device_get_stats
     entry<"device_measure_peak", device_measure_peak>,
+    entry<"lora_slot_set", lora_slot_set>,
 };
 
 }  // namespace
