@@ -458,7 +458,12 @@ typedef struct halo_limits {
    * (0 = no LoRA) and the largest adapter rank it will load; out: the slots
    * the executable has (0 for a device without LoRA, or one that refuses
    * it) and the largest rank a slot takes. A plugin may answer fewer slots
-   * or a smaller rank; the core then refuses what does not fit. */
+   * or a smaller rank; the core then refuses what does not fit. Read and
+   * write the pair only when struct_size reaches max_lora_rank: on LP64
+   * max_loras occupies what was the v1.5 struct's tail padding (sizeof was
+   * 64), so a v1.5 caller's struct_size covers max_loras but not
+   * max_lora_rank. A caller talking to a plugin older than v1.6 takes 0
+   * slots. */
   int32_t max_loras;
   int32_t max_lora_rank;
 } halo_limits;
