@@ -136,8 +136,8 @@ Cache cache_for(const fs::path& root, const std::string& repo) {
   return {root, root / folder, folder};
 }
 
-// What a usable snapshot lacks ("" when halo can load it).
-std::string snapshot_missing(const fs::path& dir) {
+// What a usable model snapshot lacks ("" when halo can load it).
+std::string model_snapshot_missing(const fs::path& dir) {
   if (!fs::is_directory(dir)) return "no directory " + dir.string();
   if (!fs::exists(dir / "config.json")) return "no config.json in " + dir.string();
   if (fs::exists(dir / "model.safetensors")) return {};
@@ -153,12 +153,30 @@ std::string snapshot_missing(const fs::path& dir) {
   return {};
 }
 
+constexpr const char* kAdapterPickle =
+    "adapter_model.bin is a pickle, which halo does not read: save the adapter with "
+    "safe_serialization=True";
+
+// What a usable PEFT LoRA adapter snapshot lacks ("" when halo can load it).
+std::string adapter_snapshot_missing(const fs::path& dir) {
+  if (!fs::is_directory(dir)) return "no directory " + dir.string();
+  if (!fs::exists(dir / "adapter_config.json")) return "no adapter_config.json in " + dir.string();
+  if (!fs::exists(dir / "adapter_model.safetensors"))
+    return "no adapter_model.safetensors in " + dir.string() +
+           (fs::exists(dir / "adapter_model.bin") ? std::string(" (") + kAdapterPickle + ")"
+                                                  : std::string());
+  return {};
+}
+
 struct CacheLookup {
   fs::path snapshot;  // empty when the revision is unknown to the cache
   std::string tried;  // for error messages
 };
 
-CacheLookup lookup_cache(const Cache& cache, const std::string& rev) {
+using SnapshotCheck = std::string (*)(const fs::path& snapshot);
+
+CacheLookup lookup_cache(const Cache& cache, const std::string& rev,
+                         SnapshotCheck snapshot_missing) {
   if (is_commit_sha(rev)) {
     fs::path snap = cache.repo_dir / "snapshots" / rev;
     std::string missing = snapshot_missing(snap);
@@ -687,25 +705,86 @@ void check_weights(const std::set<std::string>& files, const std::string& repo) 
       found.empty() ? std::string() : " (the repo has " + found + ")"));
 }
 
-fs::path download_snapshot(const Hub& hub, const Cache& cache, const std::string& repo, const std::string& rev) {
+// The index, when present, is what the loader reads: only its shards
+// (repos such as Mistral's also carry a consolidated.safetensors).
+std::vector<std::string> model_weights(const std::set<std::string>& files, const fs::path& snapshot,
+                                       const std::string& where) {
+  if (!files.count("model.safetensors.index.json")) return {"model.safetensors"};
+  std::vector<std::string> shards = index_shards(snapshot / "model.safetensors.index.json");
+  for (const auto& w : shards)
+    if (!files.count(w))
+      throw Error(fmt::format("{}: the index names {}, which the repo does not have", where, w));
+  return shards;
+}
+
+bool is_gguf_file(const fs::path& p) { return p.extension() == ".gguf"; }
+
+void check_adapter_files(const std::set<std::string>& files, const std::string& repo) {
+  if (!files.count("adapter_config.json"))
+    throw Error(fmt::format("{} has no adapter_config.json (not a PEFT adapter?)", repo));
+  if (!files.count("adapter_model.safetensors"))
+    throw Error(fmt::format(
+        "{} has no adapter_model.safetensors: halo needs safetensors weights{}", repo,
+        files.count("adapter_model.bin") ? std::string(" (") + kAdapterPickle + ")" : ""));
+}
+
+const std::set<std::string>& adapter_metadata_files() {
+  static const std::set<std::string> names = {"adapter_config.json"};
+  return names;
+}
+
+std::vector<std::string> adapter_weights(const std::set<std::string>&, const fs::path&,
+                                         const std::string&) {
+  return {"adapter_model.safetensors"};
+}
+
+// One kind of Hub repo (a model, a PEFT adapter): what its snapshot needs
+// and which files to fetch. The cache lookup and the download are shared.
+struct RepoKind {
+  const char* noun;             // errors say "<noun> '<id>'"
+  const char* not_an_id;        // the error's end for text neither a directory nor a Hub id
+  const char* not_a_directory;  // ... and for an existing file not taken as is
+  bool (*accept_file)(const fs::path& file);  // an existing file used as is (a .gguf model)
+  SnapshotCheck snapshot_missing;
+  // Throws unless the revision's files (the API's "siblings") have what is needed.
+  void (*check_files)(const std::set<std::string>& files, const std::string& repo);
+  const std::set<std::string>& (*metadata)();  // fetched first, those the repo has
+  // The weights, once the metadata is in `snapshot`; `where` is repo@sha for errors.
+  std::vector<std::string> (*weights)(const std::set<std::string>& files, const fs::path& snapshot,
+                                      const std::string& where);
+};
+
+const RepoKind kModel = {"model",
+                         "not a Hugging Face model id (org/name)",
+                         "is a file, not a model directory or a .gguf file",
+                         is_gguf_file,
+                         model_snapshot_missing,
+                         check_weights,
+                         metadata_files,
+                         model_weights};
+
+const RepoKind kAdapter = {"adapter",
+                           "not a Hugging Face Hub id (org/name)",
+                           "is a file, not an adapter directory",
+                           nullptr,
+                           adapter_snapshot_missing,
+                           check_adapter_files,
+                           adapter_metadata_files,
+                           adapter_weights};
+
+fs::path download_snapshot(const Hub& hub, const Cache& cache, const std::string& repo,
+                           const std::string& rev, const RepoKind& kind) {
   json info = hub.revision_info(rev);
   const std::string sha = info.value("sha", std::string());
   if (!is_commit_sha(sha)) throw Error(fmt::format("the Hub's revision info for {}@{} has no commit sha", repo, rev));
   const std::set<std::string> files = sibling_files(info);
-  check_weights(files, repo);
+  kind.check_files(files, repo);
   spdlog::info("hub: downloading {}@{} ({}) into {}", repo, rev, sha, cache.repo_dir.string());
   SnapshotFetcher fetcher(hub, cache, sha);
-  for (const auto& f : metadata_files())
+  for (const auto& f : kind.metadata())
     if (files.count(f)) fetcher.fetch(f);
-  // The index, when present, is what the loader reads: fetch only its shards
-  // (repos such as Mistral's also carry a consolidated.safetensors).
-  std::vector<std::string> weights = {"model.safetensors"};
-  if (files.count("model.safetensors.index.json")) weights = index_shards(fetcher.dir() / "model.safetensors.index.json");
-  for (const auto& w : weights) {
-    if (!files.count(w)) throw Error(fmt::format("{}@{}: the index names {}, which the repo does not have", repo, sha, w));
-    fetcher.fetch(w);
-  }
-  if (std::string missing = snapshot_missing(fetcher.dir()); !missing.empty())
+  for (const auto& w : kind.weights(files, fetcher.dir(), repo + "@" + sha)) fetcher.fetch(w);
+  if (std::string missing = kind.snapshot_missing(fetcher.dir()); !missing.empty())
     throw Error(fmt::format("downloaded {}@{} but the snapshot is not usable: {}", repo, sha, missing));
   if (rev != sha) write_atomic(cache.repo_dir / "refs" / rev, sha);  // last: the snapshot is complete
   return fetcher.dir();
@@ -755,26 +834,32 @@ fs::path hub_cache_dir(const std::map<std::string, std::string>& env_map) {
 
 bool offline_mode(const HubOptions& opts) { return opts.offline || offline_env(Env(opts.env)); }
 
-fs::path resolve_model(const std::string& id_or_dir, const HubOptions& opts) {
+namespace {
+
+fs::path resolve_repo(const std::string& id_or_dir, const HubOptions& opts, const RepoKind& kind) {
   std::error_code ec;
   if (fs::is_directory(id_or_dir, ec)) return fs::path(id_or_dir);
-  if (fs::is_regular_file(id_or_dir, ec) && fs::path(id_or_dir).extension() == ".gguf") return fs::path(id_or_dir);
+  if (kind.accept_file && fs::is_regular_file(id_or_dir, ec) && kind.accept_file(id_or_dir))
+    return fs::path(id_or_dir);
   const std::string checked = fs::absolute(id_or_dir, ec).string();
-  if (fs::exists(id_or_dir, ec)) throw Error(fmt::format("model '{}': {} is a file, not a model directory or a .gguf file", id_or_dir, checked));
+  if (fs::exists(id_or_dir, ec))
+    throw Error(fmt::format("{} '{}': {} {}", kind.noun, id_or_dir, checked, kind.not_a_directory));
   if (!looks_like_hub_id(id_or_dir))
-    throw Error(fmt::format("model '{}': no directory {} and not a Hugging Face model id (org/name)", id_or_dir, checked));
+    throw Error(fmt::format("{} '{}': no directory {} and {}", kind.noun, id_or_dir, checked,
+                            kind.not_an_id));
 
   Env env(opts.env);
   const std::string rev = opts.revision.empty() ? "main" : opts.revision;
   const fs::path root = opts.cache_dir.empty() ? hub_cache_dir(opts.env) : opts.cache_dir;
   const Cache cache = cache_for(root, id_or_dir);
-  CacheLookup found = lookup_cache(cache, rev);
+  CacheLookup found = lookup_cache(cache, rev, kind.snapshot_missing);
   if (!found.snapshot.empty()) {
     spdlog::debug("hub: {}@{} from the cache: {}", id_or_dir, rev, found.snapshot.string());
     return found.snapshot;
   }
-  const std::string context = fmt::format("model '{}' (revision {}): no directory {}; not in the Hugging Face cache {} ({})",
-                                          id_or_dir, rev, checked, root.string(), found.tried);
+  const std::string context =
+      fmt::format("{} '{}' (revision {}): no directory {}; not in the Hugging Face cache {} ({})",
+                  kind.noun, id_or_dir, rev, checked, root.string(), found.tried);
   const bool env_offline = offline_env(env);
   if (opts.offline || env_offline)
     throw Error(context + "; not downloading: offline mode" +
@@ -784,12 +869,22 @@ fs::path resolve_model(const std::string& id_or_dir, const HubOptions& opts) {
   Hub hub(endpoint.empty() ? kDefaultEndpoint : endpoint, opts.token.empty() ? find_token(env) : opts.token, id_or_dir,
           opts.progress, retries_from(env));
   try {
-    return download_snapshot(hub, cache, id_or_dir, rev);
+    return download_snapshot(hub, cache, id_or_dir, rev, kind);
   } catch (const Error& e) {
     throw Error(context + "; download failed: " + e.what());
   } catch (const fs::filesystem_error& e) {
     throw Error(context + "; download failed: " + e.what());
   }
+}
+
+}  // namespace
+
+fs::path resolve_model(const std::string& id_or_dir, const HubOptions& opts) {
+  return resolve_repo(id_or_dir, opts, kModel);
+}
+
+fs::path resolve_adapter(const std::string& id_or_dir, const HubOptions& opts) {
+  return resolve_repo(id_or_dir, opts, kAdapter);
 }
 
 }  // namespace halo::model

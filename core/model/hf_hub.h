@@ -19,15 +19,19 @@
 // tokenizer.json, tokenizer_config.json, special_tokens_map.json,
 // chat_template.json / chat_template.jinja, and the weights halo loads
 // (model.safetensors, or model.safetensors.index.json and the shards it
-// names). A repo with no such safetensors is an error.
+// names). A repo with no such safetensors is an error. For a PEFT LoRA
+// adapter (resolve_adapter) only adapter_config.json and
+// adapter_model.safetensors; a repo with only adapter_model.bin (a pickle)
+// is an error.
 //
 // Connection errors, 429 and 5xx are retried with backoff (0.5 s doubling
 // to 8 s; HALO_HUB_RETRIES sets how many times, default 5), a file resuming
 // from its partial download with an HTTP Range request. Proxies come from
 // libcurl's defaults (http_proxy, https_proxy, no_proxy of the process).
 //
-// Threading: resolve_model may be called from any thread, concurrently; the
-// libcurl global init runs once (std::call_once) on the first download.
+// Threading: resolve_model and resolve_adapter may be called from any
+// thread, concurrently; the libcurl global init runs once (std::call_once)
+// on the first download.
 // Concurrent downloads of one file (threads or processes, halo or Python)
 // are serialized by a file lock on its blob. Progress goes to stderr (a bar
 // on a terminal, else an info log line every few seconds).
@@ -60,6 +64,12 @@ struct HubOptions {
 // set HF_TOKEN; 404: no such repo, revision or file), or that offline mode
 // (HF_HUB_OFFLINE) prevented a download.
 std::filesystem::path resolve_model(const std::string& id_or_dir, const HubOptions& opts = {});
+
+// A PEFT LoRA adapter: an existing directory is returned unchanged; a Hub id
+// resolves through the same cache and download rules as resolve_model, a
+// snapshot being usable when it has adapter_config.json and
+// adapter_model.safetensors. Throws halo::Error naming what is missing.
+std::filesystem::path resolve_adapter(const std::string& id_or_dir, const HubOptions& opts = {});
 
 // True when downloads are off: opts.offline, or HF_HUB_OFFLINE /
 // TRANSFORMERS_OFFLINE set in opts.env (or the process environment).
