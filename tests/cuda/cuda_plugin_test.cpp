@@ -63,6 +63,7 @@ TEST(CudaPlugin, LoadsWithoutGpuAndHasTable) {
   EXPECT_STREQ(a->plugin_name, "cuda");
   EXPECT_TRUE(a->device_count && a->device_get_properties && a->device_open && a->prepare && a->execute &&
               a->kv_cache_create && a->kv_cache_copy_blocks && a->buffer_from_host && a->buffer_to_host);
+  EXPECT_NE(a->lora_slot_set, nullptr);  // v1.6: HALO_CAP_LORA
   a->error_destroy(nullptr);
   a->device_destroy(nullptr);
   a->executable_destroy(nullptr);
@@ -100,7 +101,7 @@ TEST(CudaPlugin, NoDeviceIsAClearErrorOrDevicesAreReal) {
   EXPECT_GT(p.memory_bytes, 0u);
   EXPECT_EQ(p.capabilities, HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_CHUNKED_PREFILL |
                                 HALO_CAP_MIXED_BATCH | HALO_CAP_BUFFERS | HALO_CAP_TENSOR_PARALLEL |
-                                HALO_CAP_HIDDEN_STATES);
+                                HALO_CAP_HIDDEN_STATES | HALO_CAP_LORA);
   g.device_index = n;
   EXPECT_EQ(take(cuda_api()->device_get_properties(&g)).code, HALO_STATUS_OUT_OF_RANGE);
 }
@@ -108,6 +109,11 @@ TEST(CudaPlugin, NoDeviceIsAClearErrorOrDevicesAreReal) {
 TEST(CudaPlugin, ArgumentErrorsNeedNoDevice) {
   EXPECT_EQ(take(cuda_api()->device_count(nullptr)).code, HALO_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(take(cuda_api()->execute(nullptr)).code, HALO_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(take(cuda_api()->lora_slot_set(nullptr)).code, HALO_STATUS_INVALID_ARGUMENT);
+  halo_lora_slot_args ls{};
+  ls.struct_size = sizeof ls;
+  EXPECT_EQ(take(cuda_api()->lora_slot_set(&ls)).code,
+            HALO_STATUS_INVALID_ARGUMENT);  // no executable
   halo_execute_args e{};
   e.struct_size = sizeof e;
   const St s = take(cuda_api()->execute(&e));

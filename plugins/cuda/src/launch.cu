@@ -1,6 +1,6 @@
 // The plugin's one CUDA translation unit: the generic __global__ wrapper
 // that runs a kernel's step() phases with a barrier between them, and the
-// explicit instantiations (11 kernels x {bf16, fp16} + block copy).
+// explicit instantiations (12 kernels x {bf16, fp16} + block copy + LoRA expand).
 #include <atomic>
 
 #include "launch.h"
@@ -48,5 +48,6 @@ cudaError_t launch(const typename K::Params& p, k::Dim3 grid, int threads, size_
 HALO_CUDA_FOR_EACH_KERNEL(HALO_CUDA_DEFINE_LAUNCH, k::bf16)
 HALO_CUDA_FOR_EACH_KERNEL(HALO_CUDA_DEFINE_LAUNCH, k::f16)
 HALO_CUDA_DEFINE_LAUNCH(k::CopyBlocksKernel)
+HALO_CUDA_DEFINE_LAUNCH(k::LoraExpand)
 
 }  // namespace halo::cuda

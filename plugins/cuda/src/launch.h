@@ -7,6 +7,7 @@
 
 #include "kernels/attention.cuh"
 #include "kernels/elementwise.cuh"
+#include "kernels/lora.cuh"
 #include "kernels/quant_matmul.cuh"
 
 namespace halo::cuda {
@@ -27,13 +28,15 @@ cudaError_t launch(const typename K::Params& p, k::Dim3 grid, int threads, size_
   X(k::QuantGemvInt8<T>)                \
   X(k::QuantGemvUint4<T>)               \
   X(k::QuantTiledInt8<T>)               \
-  X(k::QuantTiledUint4<T>)
+  X(k::QuantTiledUint4<T>)              \
+  X(k::LoraShrink<T>)
 
 #define HALO_CUDA_DECLARE_LAUNCH(K) \
   extern template cudaError_t launch<K>(const K::Params&, k::Dim3, int, size_t, cudaStream_t);
 HALO_CUDA_FOR_EACH_KERNEL(HALO_CUDA_DECLARE_LAUNCH, k::bf16)
 HALO_CUDA_FOR_EACH_KERNEL(HALO_CUDA_DECLARE_LAUNCH, k::f16)
 HALO_CUDA_DECLARE_LAUNCH(k::CopyBlocksKernel)
+HALO_CUDA_DECLARE_LAUNCH(k::LoraExpand)
 #undef HALO_CUDA_DECLARE_LAUNCH
 
 }  // namespace halo::cuda

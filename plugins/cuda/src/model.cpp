@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 
 #include "errors.h"
 #include "launch.h"
@@ -192,6 +194,39 @@ struct Forward {
     }
   }
 
+  // v1.6: the step's LoRA update of a projection (one, or the fused q|k|v /
+  // gate|up) whose GEMM just wrote out[T, ldy]: shrink x [T, K] into xa,
+  // expand into out at each projection's columns (kernels/lora.cuh).
+  struct LoraTarget {
+    int proj, col0, out;
+  };
+  void lora(Rank& r, int l, const void* x, int K, float* out, int ldy,
+            std::initializer_list<LoraTarget> targets) const {
+    if (y.lora_tiles == 0) return;
+    char* in = r.inputs;
+    const k::LoraTiles tiles{at<int32_t>(in, y.l_slot), at<int32_t>(in, y.l_start),
+                             at<int32_t>(in, y.l_count), at<int32_t>(in, y.l_rows)};
+    const int R = e.max_lora_rank, ld = k::kLoraMaxFused * R;
+    typename k::LoraShrink<T>::Params sp{
+        static_cast<const T*>(x), K, {}, 0, tiles, r.lora_xa, ld, R};
+    k::LoraExpand::Params ep{r.lora_xa, ld, R, {}, {}, {}, 0, tiles, out, ldy};
+    int max_out = 0;
+    for (const LoraTarget& t : targets) {
+      const k::LoraMat<k::bf16>* mats =
+          r.lora_table +
+          (static_cast<size_t>(l) * plugin::kNumLoraProj + static_cast<size_t>(t.proj)) *
+              static_cast<size_t>(e.max_loras);
+      sp.mats[sp.nproj++] = mats;
+      ep.mats[ep.nproj] = mats, ep.col0[ep.nproj] = t.col0, ep.out[ep.nproj] = t.out, ++ep.nproj;
+      max_out = std::max(max_out, t.out);
+    }
+    const int st = 128, et = 256;
+    run<k::LoraShrink<T>>(sp, {y.lora_tiles, k::ceil_div(R, st / 32), sp.nproj}, st,
+                          k::LoraShrink<T>::smem_floats(st), r.stream);
+    run<k::LoraExpand>(ep, {y.lora_tiles, k::ceil_div(max_out, et), ep.nproj}, et,
+                       k::LoraExpand::smem_floats(R), r.stream);
+  }
+
   void attention_part(size_t ri, int l) const {
     Rank& r = *e.ranks[ri];
     const LayerW& W = r.layer[static_cast<size_t>(l)];
@@ -204,6 +239,10 @@ struct Forward {
     run<k::RmsNormKernel<T>>({r.x, l == 0 ? nullptr : r.delta, nullptr, W.attn_norm, static_cast<T*>(r.h), H, e.eps, true},
                              {y.T, 1, 1}, 256, 256, st);
     gemm(r, r.h, y.T, H, W.qkv, qkv_n, r.qkv);
+    lora(r, l, r.h, H, r.qkv, qkv_n,
+         {{plugin::kLoraQ, 0, nh * D},
+          {plugin::kLoraK, nh * D, nkv * D},
+          {plugin::kLoraV, (nh + nkv) * D, nkv * D}});
     T* kc = static_cast<T*>(kv.base[ri]) + static_cast<size_t>(2 * l) * kv.array_elems;
     T* vc = kc + kv.array_elems;
     run<k::RopeKvKernel<T>>({r.qkv, qkv_n, W.qkv_bias, W.q_norm, W.k_norm, at<int32_t>(in, y.pos),
@@ -235,6 +274,7 @@ struct Forward {
                                    k::PrefillAttnKernel<T>::smem_floats(s, e.q_tile, e.kv_tile), st);
     }
     gemm(r, r.attn, y.T, nh * D, W.o, H, r.delta);
+    lora(r, l, r.attn, nh * D, r.delta, H, {{plugin::kLoraO, 0, H}});
   }
 
   void mlp_part(size_t ri, int l) const {
@@ -244,11 +284,13 @@ struct Forward {
     run<k::RmsNormKernel<T>>({r.x, r.delta, nullptr, W.mlp_norm, static_cast<T*>(r.h), H, e.eps, true}, {y.T, 1, 1},
                              256, 256, r.stream);
     gemm(r, r.h, y.T, H, W.gate_up, 2 * I, r.gu);
+    lora(r, l, r.h, H, r.gu, 2 * I, {{plugin::kLoraGate, 0, I}, {plugin::kLoraUp, I, I}});
     const int64_t total = int64_t{y.T} * I;
     const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 65535));
     run<k::GatedActKernel<T>>({r.gu, static_cast<T*>(r.act), y.T, I, e.activation == HALO_ACTIVATION_GELU_TANH},
                               {blocks, 1, 1}, 256, 0, r.stream);
     gemm(r, r.act, y.T, I, W.down, H, r.delta);
+    lora(r, l, r.act, I, r.delta, H, {{plugin::kLoraDown, 0, H}});
   }
 
   // Final norm of logits rows [c0, c0 + n) and the lm_head GEMM (rank 0).
@@ -391,16 +433,19 @@ void run_graph_step(halo_executable* exe, const halo_kv_cache* kv, const Forward
 template <class T>
 void execute_t(halo_execute_args* a, halo_executable* exe, const halo_kv_cache* kv) {
   const int L = a->num_logits;
-  const GraphShape gs =
-      graph_shape(a, {exe->device->graphs && exe->tp == 1, exe->max_graph_batch, exe->spec_tokens});
+  const uint8_t* filled = exe->lora_filled.data();
+  const int nl = exe->max_loras, tr = k::kLoraTileRows;
+  const GraphShape gs = graph_shape(
+      a, {exe->device->graphs && exe->tp == 1, exe->max_graph_batch, exe->spec_tokens, filled, nl});
   const StepItems w = gs ? StepItems{} : collect_items(a, exe->q_tile);
+  const LoraPlan lp = gs ? LoraPlan{} : eager_lora(a, filled, nl, tr);
   const int mb_cap = (exe->max_model_len + exe->block_size - 1) / exe->block_size;
-  const Layout y = gs ? graph_layout(gs, mb_cap) : eager_layout(a, w);
+  const Layout y = gs ? graph_layout(gs, mb_cap, nl, tr) : eager_layout(a, w, &lp);
   ensure_input_capacity(exe, y);
   if (gs)
-    pack_graph_inputs(a, exe->block_size, gs, y, exe->host_inputs);
+    pack_graph_inputs(a, exe->block_size, gs, y, exe->host_inputs, filled, nl, tr);
   else
-    pack_eager_inputs(a, w, y, exe->host_inputs);
+    pack_eager_inputs(a, w, y, exe->host_inputs, &lp);
   for (auto& r : exe->ranks) {
     check_cuda(cudaSetDevice(r->device), "execute: cudaSetDevice");
     check_cuda(
@@ -533,6 +578,8 @@ void choose_compute_dtype(halo_executable& exe, const HostWeights& hw, const hal
                  {exe.dt == Dt::BF16 ? HALO_KV_DTYPE_BF16 : HALO_KV_DTYPE_FP16});
 }
 
+constexpr int32_t kMaxLoras = 256, kMaxLoraRank = 512;
+
 // Limits (as the CPU plugin; block size 16 by default).
 void agree_limits(halo_executable& exe, const halo_limits* lim, const halo_model_spec& s) {
   auto nonneg = [](const char* name, int32_t v) {
@@ -555,6 +602,13 @@ void agree_limits(halo_executable& exe, const halo_limits* lim, const halo_model
                  exe.block_size, exe.hidden};
   // Any query count runs (eagerly, or in a verify graph): the proposal stands.
   exe.spec_tokens = proposed_spec_tokens(lim);
+  // v1.6: the proposed LoRA slots, up to kMaxLoras of rank up to kMaxLoraRank
+  // (the expand kernel keeps a tile's xa in shared memory).
+  const LoraProposal lp = proposed_lora(lim);
+  exe.max_loras = lp.max_lora_rank > 0 ? std::min(lp.max_loras, kMaxLoras) : 0;
+  exe.max_lora_rank = exe.max_loras > 0 ? std::min(lp.max_lora_rank, kMaxLoraRank) : 0;
+  exe.lora_filled.assign(static_cast<size_t>(exe.max_loras), 0);
+  exe.lim.max_loras = exe.max_loras;
 }
 
 // Kernel tiling: the attention tiles halved until they fit the GPU's shared
@@ -685,10 +739,65 @@ void alloc_step_buffers(const halo_executable& exe, Rank& r, int ri) {
   r.tmp_out = static_cast<float*>(r.alloc(parts * static_cast<size_t>(exe.head_dim) * 4));
   r.tmp_ml = static_cast<float*>(r.alloc(parts * 2 * 4));
   const int mb_cap = (exe.max_model_len + exe.block_size - 1) / exe.block_size;
+  const int lora_tiles = exe.max_loras > 0
+                             ? lora_tile_cap(static_cast<int>(Tc), static_cast<int>(Sc),
+                                             exe.max_loras, k::kLoraTileRows)
+                             : 0;
   const Layout cap = make_layout(static_cast<int>(Tc), static_cast<int>(Sc), mb_cap,
-                                 static_cast<int>(Tc), static_cast<int>(Sc), static_cast<int>(Tc));
+                                 static_cast<int>(Tc), static_cast<int>(Sc), static_cast<int>(Tc),
+                                 lora_tiles, exe.max_loras > 0 ? static_cast<int>(Tc) : 0);
   r.inputs = static_cast<char*>(r.alloc(cap.bytes));
   r.inputs_cap = cap.bytes;
+}
+
+// The (in, out) of projection p on one GPU (its shard: column-parallel
+// q/k/v/gate/up split out, row-parallel o/down split in).
+std::pair<int64_t, int64_t> lora_dims(const halo_executable& exe, int p) {
+  const int64_t H = exe.hidden, nq_l = int64_t{exe.heads} * exe.head_dim / exe.tp,
+                nkv_l = int64_t{exe.kv_heads} * exe.head_dim / exe.tp,
+                i_l = int64_t{exe.inter} / exe.tp;
+  switch (p) {
+    case plugin::kLoraQ:
+      return {H, nq_l};
+    case plugin::kLoraK:
+    case plugin::kLoraV:
+      return {H, nkv_l};
+    case plugin::kLoraO:
+      return {nq_l, H};
+    case plugin::kLoraDown:
+      return {i_l, H};
+    default:
+      return {H, i_l};  // gate, up
+  }
+}
+
+// v1.6: where each projection's A and B^T lie in a slot's part of the pool,
+// at the agreed rank (set once in prepare; the same on every GPU).
+void lora_layout(halo_executable& exe) {
+  exe.lora_off.clear();
+  size_t o = 0;
+  const size_t R = static_cast<size_t>(exe.max_lora_rank);
+  for (int l = 0; l < exe.layers; ++l)
+    for (int p = 0; p < plugin::kNumLoraProj; ++p) {
+      const auto [in, out] = lora_dims(exe, p);
+      exe.lora_off.push_back(o);
+      o += R * static_cast<size_t>(in);
+      exe.lora_off.push_back(o);
+      o += R * static_cast<size_t>(out);
+    }
+  exe.lora_slot_elems = o;
+}
+
+// Rank r's LoRA pool, its table (every slot empty) and xa buffer.
+void alloc_lora(const halo_executable& exe, Rank& r) {
+  if (exe.max_loras == 0) return;
+  const size_t slots = static_cast<size_t>(exe.max_loras);
+  r.lora_pool = static_cast<k::bf16*>(r.alloc(slots * exe.lora_slot_elems * sizeof(k::bf16)));
+  r.lora_host.assign(static_cast<size_t>(exe.layers) * plugin::kNumLoraProj * slots, {});
+  r.lora_table = upload(r, r.lora_host);
+  r.lora_xa =
+      static_cast<float*>(r.alloc(static_cast<size_t>(exe.max_num_batched_tokens) *
+                                  k::kLoraMaxFused * static_cast<size_t>(exe.max_lora_rank) * 4));
 }
 
 // One rank per GPU: its stream and cuBLAS handle, its weights and step
@@ -708,6 +817,7 @@ uint64_t create_rank(halo_executable& exe, int ri, const HostWeights& hw,
   check_blas(cublasSetWorkspace(r.blas, r.alloc(ws), ws), "prepare: cublasSetWorkspace");
   upload_weights(exe, r, ri, hw, inv_freq);
   alloc_step_buffers(exe, r, ri);
+  alloc_lora(exe, r);
   check_cuda(cudaDeviceSynchronize(), "prepare: upload");
   size_t free_b = 0, total_b = 0;
   check_cuda(cudaMemGetInfo(&free_b, &total_b), "prepare: cudaMemGetInfo");
@@ -748,6 +858,7 @@ void prepare(halo_prepare_args* args) {
   choose_compute_dtype(*exe, hw, lim);
   agree_limits(*exe, lim, s);
   choose_tiling(*exe, s, tp, state->ordinals[0]);
+  lora_layout(*exe);
 
   // Upload, rank by rank.
   uint64_t min_free = UINT64_MAX;
@@ -760,13 +871,14 @@ void prepare(halo_prepare_args* args) {
   lim->max_model_len = exe->max_model_len;
   lim->max_num_batched_tokens = exe->max_num_batched_tokens;
   lim->block_size = exe->block_size;
-  lim->capabilities = HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH;
+  lim->capabilities = HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH | HALO_CAP_LORA;
   lim->kv_bytes_per_block = exe->kv_bytes_per_block;
   lim->kv_memory_available = avail;
   set_kv_dtype(lim, exe->dt == Dt::BF16 ? HALO_KV_DTYPE_BF16 : HALO_KV_DTYPE_FP16);
   // GEMM inputs are 16-bit (fp32 accumulation), as the KV cache.
   set_compute_dtype(lim, exe->dt == Dt::BF16 ? HALO_COMPUTE_DTYPE_BF16 : HALO_COMPUTE_DTYPE_FP16);
   set_spec_tokens(lim, exe->spec_tokens);
+  set_lora_limits(lim, exe->max_loras, exe->max_lora_rank);
   args->executable = exe.release();
 }
 
@@ -846,6 +958,92 @@ void execute(halo_execute_args* a) {
     execute_t<k::bf16>(a, exe, kv);
   else
     execute_t<k::f16>(a, exe, kv);
+}
+
+// -------------------------------------------------------------------- LoRA
+
+namespace {
+
+// Columns [c0, c0 + n) of A [rank, in] as bf16, [rank, n].
+std::vector<uint16_t> lora_a_bf16(const LoraWeight& w, int64_t c0, int64_t n) {
+  const size_t es = kernels::dtype_size(w.a_dtype), cn = static_cast<size_t>(n);
+  std::vector<float> row(cn);
+  std::vector<uint16_t> out(static_cast<size_t>(w.rank) * cn);
+  for (int64_t j = 0; j < w.rank; ++j) {
+    const char* src = static_cast<const char*>(w.a) + static_cast<size_t>(j * w.in + c0) * es;
+    kernels::to_f32(src, w.a_dtype, row.data(), cn);
+    for (size_t i = 0; i < cn; ++i)
+      out[static_cast<size_t>(j) * cn + i] = kernels::f32_to_bf16(row[i]);
+  }
+  return out;
+}
+
+// Rows [n0, n0 + n) of B [out, rank], transposed to bf16 [rank, n].
+std::vector<uint16_t> lora_bt_bf16(const LoraWeight& w, int64_t n0, int64_t n) {
+  const size_t es = kernels::dtype_size(w.b_dtype), R = static_cast<size_t>(w.rank);
+  const size_t cn = static_cast<size_t>(n);
+  std::vector<float> row(R);
+  std::vector<uint16_t> out(R * cn);
+  for (size_t i = 0; i < cn; ++i) {
+    const char* src = static_cast<const char*>(w.b) + (static_cast<size_t>(n0) + i) * R * es;
+    kernels::to_f32(src, w.b_dtype, row.data(), R);
+    for (size_t j = 0; j < R; ++j) out[j * cn + i] = kernels::f32_to_bf16(row[j]);
+  }
+  return out;
+}
+
+// Uploads a validated slot's adapters to GPU ri (its shards) and its table.
+void lora_upload_rank(halo_executable& exe, size_t ri, size_t slot,
+                      const std::vector<LoraWeight>& ws) {
+  Rank& r = *exe.ranks[ri];
+  check_cuda(cudaSetDevice(r.device), "lora_slot_set: cudaSetDevice");
+  const size_t nl = static_cast<size_t>(exe.max_loras);
+  std::vector<k::LoraMat<k::bf16>> table = r.lora_host;
+  for (size_t i = slot; i < table.size(); i += nl) table[i] = {};
+  k::bf16* base = r.lora_pool + slot * exe.lora_slot_elems;
+  for (const LoraWeight& w : ws) {
+    const auto [in_l, out_l] = lora_dims(exe, w.proj);
+    const bool row_parallel = w.proj == plugin::kLoraO || w.proj == plugin::kLoraDown;
+    const int64_t shard = static_cast<int64_t>(ri);
+    const std::vector<uint16_t> a = lora_a_bf16(w, row_parallel ? in_l * shard : 0, in_l);
+    const std::vector<uint16_t> bt = lora_bt_bf16(w, row_parallel ? 0 : out_l * shard, out_l);
+    const size_t idx =
+        static_cast<size_t>(w.layer) * plugin::kNumLoraProj + static_cast<size_t>(w.proj);
+    k::bf16* da = base + exe.lora_off[2 * idx];
+    k::bf16* db = base + exe.lora_off[2 * idx + 1];
+    check_cuda(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice),
+               "lora_slot_set: cudaMemcpy");
+    check_cuda(cudaMemcpy(db, bt.data(), bt.size() * 2, cudaMemcpyHostToDevice),
+               "lora_slot_set: cudaMemcpy");
+    table[idx * nl + slot] = {da, db, static_cast<int32_t>(w.rank)};
+  }
+  check_cuda(cudaMemcpy(r.lora_table, table.data(), table.size() * sizeof(table[0]),
+                        cudaMemcpyHostToDevice),
+             "lora_slot_set: cudaMemcpy (table)");
+  check_cuda(cudaDeviceSynchronize(),
+             "lora_slot_set: upload");  // pageable copies may still be in flight
+  r.lora_host = std::move(table);
+}
+
+}  // namespace
+
+void lora_slot_set(halo_lora_slot_args* args) {
+  check_args("lora_slot_set", args, "lora_slot_set: args");
+  halo_executable* exe = args->executable;
+  if (exe == nullptr) invalid("lora_slot_set: executable is NULL");
+  LoraModel m;
+  m.num_layers = exe->layers, m.hidden = exe->hidden, m.intermediate = exe->inter;
+  m.q_out = exe->heads * exe->head_dim, m.kv_out = exe->kv_heads * exe->head_dim;
+  // Everything is checked before the slot is touched: a refused call leaves it as it was.
+  const std::vector<LoraWeight> ws =
+      validate_lora_slot(args, m, exe->max_loras, exe->max_lora_rank);
+  std::lock_guard<std::mutex> lock(exe->device->mu);
+  const size_t slot = static_cast<size_t>(args->slot);
+  // Empty (steps run it as the base) until every GPU holds the new adapters:
+  // a failure while uploading leaves the slot empty rather than half written.
+  exe->lora_filled[slot] = 0;
+  for (size_t ri = 0; ri < exe->ranks.size(); ++ri) lora_upload_rank(*exe, ri, slot, ws);
+  exe->lora_filled[slot] = ws.empty() ? 0 : 1;
 }
 
 }  // namespace halo::cuda

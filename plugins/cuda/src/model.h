@@ -11,8 +11,26 @@
 // KV cache per rank: one allocation [layers][K|V][num_blocks, block_size,
 // kv_heads/tp, head_dim].
 //
-// Thread-safety: execute and kv_cache_copy_blocks on objects of one device
-// are serialized by a device mutex.
+// LoRA (ABI v1.6, HALO_CAP_LORA). prepare agrees max_loras slots of rank up
+// to max_lora_rank and reserves them on every GPU at once (a pool of
+// max_loras x the largest adapter, so loading an adapter never allocates and
+// the KV cache is sized after it), plus a table LoraMat [layers][7
+// projections][slots] that the kernels read at run time. lora_slot_set
+// validates everything first (plugins/support), then converts each A [rank,
+// in] and B [out, rank] to bf16 (B transposed to [rank, out]), takes this
+// GPU's shard (q/k/v/gate/up: B's rows, o/down: A's columns, so the NCCL sum
+// of o/down adds the partial updates too), uploads them into the slot's part
+// of the pool and rewrites the table; num_weights 0 sets every rank of the
+// slot to 0. A step groups its rows by slot (step_plan.h, plan_lora) and,
+// after each projection's GEMM, runs kernels/lora.cuh's shrink (xa = x A^T,
+// fp32) and expand (y += xa B^T into the fp32 GEMM output, at the
+// projection's columns of q|k|v or gate|up) over tiles of one slot; rows of
+// the base model are in no tile. Steps with no LoRA row launch nothing more
+// (and replay graphs without LoRA kernels); a graph with them keeps working
+// when a slot is refilled, since it reads the table, not the weights.
+//
+// Thread-safety: execute, kv_cache_copy_blocks and lora_slot_set on objects
+// of one device are serialized by a device mutex.
 #pragma once
 
 #include <cublas_v2.h>
@@ -27,6 +45,7 @@
 
 #include "halo/device_abi.h"
 #include "halo/plugin_support/validate.h"
+#include "kernels/lora.cuh"
 #include "kernels/quant_matmul.cuh"
 #include "step_plan.h"
 
@@ -84,6 +103,13 @@ struct Rank {
   float *x = nullptr, *qkv = nullptr, *delta = nullptr, *gu = nullptr, *logits = nullptr;
   float *tmp_out = nullptr, *tmp_ml = nullptr;
   void *h = nullptr, *attn = nullptr, *act = nullptr, *hf = nullptr;
+  // v1.6: LoRA slots (see the top of this file): the pool, the device table
+  // [layers][kNumLoraProj][max_loras] and its host copy, the shrink output
+  // xa [max_num_batched_tokens, 3 max_lora_rank].
+  k::bf16* lora_pool = nullptr;
+  k::LoraMat<k::bf16>* lora_table = nullptr;
+  std::vector<k::LoraMat<k::bf16>> lora_host;
+  float* lora_xa = nullptr;
   // Decode and verify graphs by (padded batch, rows per sequence), valid for
   // one KV cache (step_plan.h).
   std::map<GraphShape, cudaGraphExec_t> graphs;
@@ -113,6 +139,13 @@ struct halo_executable {
   // v1.5: the proposed tokens per sequence a decode step verifies (agreed at
   // prepare); verify graphs have 1 + spec_tokens rows per sequence.
   int32_t spec_tokens = 0;
+  // v1.6: LoRA slots agreed at prepare, which are filled, and where
+  // projection p of layer l of a slot lies in its part of a rank's pool
+  // (lora_off[2 (l * kNumLoraProj + p)] A, [... + 1] B^T; elements).
+  int32_t max_loras = 0, max_lora_rank = 0;
+  std::vector<uint8_t> lora_filled;
+  std::vector<size_t> lora_off;
+  size_t lora_slot_elems = 0;
   std::vector<std::unique_ptr<halo::cuda::Rank>> ranks;
   // Pinned host staging of the packed step inputs.
   char* host_inputs = nullptr;
@@ -148,5 +181,6 @@ void prepare(halo_prepare_args* args);
 void kv_cache_create(halo_kv_cache_create_args* args);
 void kv_cache_copy_blocks(halo_kv_cache_copy_blocks_args* args);
 void execute(halo_execute_args* args);
+void lora_slot_set(halo_lora_slot_args* args);
 
 }  // namespace halo::cuda

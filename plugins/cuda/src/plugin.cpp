@@ -1,4 +1,4 @@
-// The CUDA plugin: the halo_plugin_api table (device_abi.h v1.5). Loads and
+// The CUDA plugin: the halo_plugin_api table (device_abi.h v1.6). Loads and
 // answers on machines without a GPU or driver: the CUDA runtime is linked
 // statically and finds libcuda.so at run time, so device_count reports the
 // runtime's reason instead of the library failing to load.
@@ -16,7 +16,7 @@ namespace {
 
 constexpr uint32_t kCapabilities =
     HALO_CAP_DTYPE_BF16 | HALO_CAP_DTYPE_FP16 | HALO_CAP_CHUNKED_PREFILL | HALO_CAP_MIXED_BATCH |
-    HALO_CAP_BUFFERS | HALO_CAP_TENSOR_PARALLEL | HALO_CAP_HIDDEN_STATES;
+    HALO_CAP_BUFFERS | HALO_CAP_TENSOR_PARALLEL | HALO_CAP_HIDDEN_STATES | HALO_CAP_LORA;
 
 int check_device_index(const char* where, int32_t index) {
   const int n = visible_devices(where);
@@ -165,6 +165,9 @@ constexpr halo_plugin_api kApi = {
 #endif
 #if HALO_ABI_VERSION_MINOR >= 3
     .device_measure_peak = nullptr,  // not measured yet (cuBLAS would)
+#endif
+#if HALO_ABI_VERSION_MINOR >= 6
+    .lora_slot_set = entry<"lora_slot_set", lora_slot_set>,
 #endif
 };
 
