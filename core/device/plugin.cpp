@@ -41,11 +41,16 @@ std::string kind_name(halo_device_kind kind) {
 
 std::string capability_names(uint32_t caps) {
   static const std::pair<uint32_t, const char*> kNames[] = {
-      {HALO_CAP_DTYPE_FP32, "fp32"},           {HALO_CAP_DTYPE_BF16, "bf16"},
-      {HALO_CAP_DTYPE_FP16, "fp16"},           {HALO_CAP_CHUNKED_PREFILL, "chunked-prefill"},
-      {HALO_CAP_MIXED_BATCH, "mixed-batch"},   {HALO_CAP_STATIC_SHAPES, "static-shapes"},
-      {HALO_CAP_BUFFERS, "buffers"},           {HALO_CAP_TENSOR_PARALLEL, "tensor-parallel"},
-      {HALO_CAP_HIDDEN_STATES, "hidden-states"}};
+      {HALO_CAP_DTYPE_FP32, "fp32"},
+      {HALO_CAP_DTYPE_BF16, "bf16"},
+      {HALO_CAP_DTYPE_FP16, "fp16"},
+      {HALO_CAP_CHUNKED_PREFILL, "chunked-prefill"},
+      {HALO_CAP_MIXED_BATCH, "mixed-batch"},
+      {HALO_CAP_STATIC_SHAPES, "static-shapes"},
+      {HALO_CAP_BUFFERS, "buffers"},
+      {HALO_CAP_TENSOR_PARALLEL, "tensor-parallel"},
+      {HALO_CAP_HIDDEN_STATES, "hidden-states"},
+      {HALO_CAP_LORA, "lora"}};
   std::string out;
   for (auto [bit, name] : kNames) {
     if (caps & bit) out.append(out.empty() ? "" : ",").append(name);
@@ -328,6 +333,13 @@ bool Device::has_hidden_states() const {
   return plugin_->api().abi_minor >= 5 && (info_.capabilities & HALO_CAP_HIDDEN_STATES) != 0;
 }
 
+bool Device::has_lora() const {
+  const halo_plugin_api& api = plugin_->api();
+  return api.abi_minor >= 6 && (info_.capabilities & HALO_CAP_LORA) != 0 &&
+         api.struct_size >= HALO_STRUCT_SIZE(halo_plugin_api, lora_slot_set) &&
+         api.lora_slot_set != nullptr;
+}
+
 std::optional<MeasuredPeak> Device::measure_peak(int32_t compute_dtype, double budget_seconds) const {
   const halo_plugin_api& api = plugin_->api();
   if (api.abi_minor < 3 || api.struct_size < HALO_STRUCT_SIZE(halo_plugin_api, device_measure_peak) ||
@@ -388,13 +400,28 @@ Executable::Executable(std::shared_ptr<Device> device, const halo_model_spec& sp
   args.quantized_weights = quantized.data();
   args.num_quantized_weights = quantized.size();
   const int32_t spec_proposed = limits.num_speculative_tokens;
+  if (!device_->has_lora()) limits.max_loras = limits.max_lora_rank = 0;  // nothing to propose
   device_->plugin().check(device_->plugin().api().prepare(&args), "prepare");
   handle_ = args.executable;
   // A plugin older than v1.5 never heard of verify steps: one that mixes
   // prefill and decode runs any query count, a fixed-shape one none.
   if (device_->plugin().api().abi_minor < 5)
     limits.num_speculative_tokens = (limits.capabilities & HALO_CAP_MIXED_BATCH) ? spec_proposed : 0;
+  if (!device_->has_lora()) limits.max_loras = limits.max_lora_rank = 0;  // whatever it left there
   limits_ = limits;
+}
+
+void Executable::set_lora_slot(int32_t slot, const std::vector<halo_named_tensor>& weights) {
+  if (!device_->has_lora())
+    throw Error(fmt::format("plugin '{}' has no LoRA adapter slots (no HALO_CAP_LORA)",
+                            device_->plugin().name()));
+  halo_lora_slot_args args{};
+  args.struct_size = sizeof(args);
+  args.executable = handle_;
+  args.slot = slot;
+  args.weights = weights.data();
+  args.num_weights = weights.size();
+  device_->plugin().check(device_->plugin().api().lora_slot_set(&args), "lora_slot_set");
 }
 
 Executable::~Executable() {
@@ -464,6 +491,10 @@ void KvCache::execute(const StepInputs& in, int64_t vocab, std::vector<float>& l
   args.logits_indices = in.logits_indices.data();
   args.logits = &out;
   args.hidden_states = hidden ? &hidden_out : nullptr;
+  // NULL unless a sequence runs an adapter: a plugin without LoRA then never sees the array.
+  const bool lora =
+      std::any_of(in.lora_slots.begin(), in.lora_slots.end(), [](int32_t s) { return s >= 0; });
+  args.lora_slots = lora ? in.lora_slots.data() : nullptr;
   auto& plugin = executable_->device().plugin();
   plugin.check(plugin.api().execute(&args), "execute");
 }

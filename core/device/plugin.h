@@ -137,6 +137,8 @@ class Device {
   const DeviceInfo& info() const { return info_; }
   // ABI v1.5: execute can return the rows lm_head takes (HALO_CAP_HIDDEN_STATES).
   bool has_hidden_states() const;
+  // ABI v1.6: LoRA adapter slots (HALO_CAP_LORA and a lora_slot_set entry).
+  bool has_lora() const;
 
   // The matmul peak in `compute_dtype` (HALO_COMPUTE_DTYPE_*), taking about
   // `budget_seconds`; nullopt when the plugin has no device_measure_peak.
@@ -166,6 +168,10 @@ class Executable {
   halo_executable* handle() const { return handle_; }
   Device& device() const { return *device_; }
   const halo_limits& limits() const { return limits_; }
+  // ABI v1.6: fills LoRA slot `slot` (weights named "{projection}.lora_a" /
+  // ".lora_b", scale folded into B), or empties it (no weights). The plugin
+  // copies them. Same thread rules as execute.
+  void set_lora_slot(int32_t slot, const std::vector<halo_named_tensor>& weights);
 
  private:
   std::shared_ptr<Device> device_;
@@ -181,7 +187,8 @@ struct StepInputs {
   std::vector<int32_t> token_ids, positions, query_start, context_lens, block_tables,
       logits_indices;
   std::vector<int64_t> slot_mapping;
-  int32_t max_blocks_per_seq = 0;  // block_tables is [num_seqs, max_blocks_per_seq]
+  std::vector<int32_t> lora_slots;  // [num_seqs]: -1 = the base model (ABI v1.6)
+  int32_t max_blocks_per_seq = 0;   // block_tables is [num_seqs, max_blocks_per_seq]
 
   // Starts a step of `num_seqs` sequences with block tables of at most
   // `max_blocks` entries (the rest of each row is -1).
@@ -192,6 +199,7 @@ struct StepInputs {
     query_start.assign(1, 0);
     context_lens.clear();
     logits_indices.clear();
+    lora_slots.clear();
     max_blocks_per_seq = max_blocks;
     block_tables.assign(num_seqs * static_cast<size_t>(max_blocks), -1);
   }
@@ -212,11 +220,14 @@ struct StepInputs {
     }
     query_start.push_back(static_cast<int32_t>(token_ids.size()));
     context_lens.push_back(start + count);
+    lora_slots.push_back(-1);
     std::copy(blocks.begin(), blocks.end(),
               block_tables.begin() +
                   static_cast<std::ptrdiff_t>(seq * static_cast<size_t>(max_blocks_per_seq)));
     return first;
   }
+  // Runs the sequence added last with LoRA slot `slot`.
+  void set_lora_slot(int32_t slot) { lora_slots.back() = slot; }
   // Asks for the logits of step row `row`; returns their row in the output.
   int32_t request_logits(int32_t row) {
     logits_indices.push_back(row);

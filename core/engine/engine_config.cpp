@@ -30,6 +30,13 @@ halo_limits propose_limits(const EngineConfig& flags, const device::Plugin& plug
   lim.max_num_batched_tokens = pick(flags.max_num_batched_tokens, fallback.max_num_batched_tokens);
   lim.block_size = pick(flags.block_size, fallback.block_size);
   lim.kv_cache_dtype = parse_kv_cache_dtype(flags.kv_cache_dtype);
+  if (flags.enable_lora) {
+    if (flags.max_loras < 1 || flags.max_lora_rank < 1)
+      throw Error(fmt::format("--max-loras={} and --max-lora-rank={} must be at least 1",
+                              flags.max_loras, flags.max_lora_rank));
+    lim.max_loras = flags.max_loras;
+    lim.max_lora_rank = flags.max_lora_rank;
+  }
   if (lim.kv_cache_dtype != HALO_KV_DTYPE_AUTO && plugin.api().abi_minor < 2)
     throw Error(fmt::format(
         "--kv-cache-dtype={} needs a plugin of ABI v1.2 or later; plugin '{}' is v{}.{}",
@@ -54,6 +61,13 @@ void check_agreed_limits(const EngineConfig& flags, const halo_limits& lim,
     throw Error(fmt::format(
         "--kv-cache-dtype={} contradicts the device: plugin '{}' stores the KV cache as {}",
         halo_kv_dtype_name(kv_asked), plugin.name(), halo_kv_dtype_name(lim.kv_cache_dtype)));
+  if (flags.enable_lora &&
+      (lim.max_loras < flags.max_loras || lim.max_lora_rank < flags.max_lora_rank))
+    throw Error(fmt::format(
+        "--enable-lora: plugin '{}' runs {} adapter slots of rank up to {}, not the asked "
+        "--max-loras={} --max-lora-rank={}{}",
+        plugin.name(), lim.max_loras, lim.max_lora_rank, flags.max_loras, flags.max_lora_rank,
+        lim.max_loras == 0 ? " (it has no LoRA slots: ABI v1.6 HALO_CAP_LORA)" : ""));
   if (lim.max_num_seqs <= 0 || lim.max_model_len <= 0 || lim.max_num_batched_tokens <= 0 ||
       lim.block_size <= 0 || lim.kv_bytes_per_block == 0)
     throw Error(

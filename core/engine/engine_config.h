@@ -40,6 +40,12 @@ struct EngineConfig {
   int quantization_group_size = 0;
   // vLLM's --speculative-config JSON (engine/spec_decode/speculative_config.h); empty = off.
   std::string speculative_config;
+  // LoRA adapters (vLLM's --enable-lora, --max-loras, --max-lora-rank,
+  // --max-cpu-loras; 0 = as many host copies as adapters).
+  bool enable_lora = false;
+  int max_loras = 1;
+  int max_lora_rank = 16;
+  int max_cpu_loras = 0;
 };
 
 // What LoadedModel::load needs of the flags.

@@ -110,7 +110,7 @@ int KvBlockManager::attach_cached_prefix(Sequence& seq) {
   // (num_tokens - 1) tokens can come from the cache.
   int max_blocks = (seq.num_tokens() - 1) / block_size_;
   seq.block_hashes.clear();
-  uint64_t parent = hash_root_;
+  uint64_t parent = root_of(seq);
   for (int i = 0; i < max_blocks; ++i) {
     uint64_t h = chain_hash(parent, seq, i);
     auto it = cached_.find(h);
@@ -142,7 +142,7 @@ void KvBlockManager::cache_full_blocks(Sequence& seq) {
   int full = std::min<int>(seq.num_computed_tokens / block_size_, static_cast<int>(seq.block_table.size()));
   bool extend = false;  // the previous block was stored by this call
   for (int i = static_cast<int>(seq.block_hashes.size()); i < full; ++i) {
-    uint64_t parent = i == 0 ? hash_root_ : seq.block_hashes[i - 1];
+    uint64_t parent = i == 0 ? root_of(seq) : seq.block_hashes[i - 1];
     uint64_t h = chain_hash(parent, seq, i);
     seq.block_hashes.push_back(h);
     int32_t b = seq.block_table[i];

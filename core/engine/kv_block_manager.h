@@ -26,7 +26,8 @@ namespace halo::engine {
 
 class KvBlockManager {
  public:
-  // `hash_root` is the parent hash of every sequence's first block.
+  // `hash_root` is the parent hash of every sequence's first block (a sequence with
+  // its own Sequence::hash_root, a LoRA adapter's, uses that).
   KvBlockManager(int num_blocks, int block_size, bool enable_prefix_caching = false, uint64_t hash_root = 0);
 
   // Records KvCacheEvents from now on (prefix caching only), starting with
@@ -108,6 +109,7 @@ class KvBlockManager {
   int block_size_;
   bool prefix_caching_;
   uint64_t hash_root_;
+  uint64_t root_of(const Sequence& seq) const { return seq.hash_root ? seq.hash_root : hash_root_; }
   bool record_events_ = false;
   std::vector<KvCacheEvent> events_;
   std::vector<Block> blocks_;

@@ -98,6 +98,7 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   }
   std::optional<spec::SpeculativeConfig> speculative;
   if (!config_.speculative_config.empty()) speculative = spec::parse_speculative_config(config_.speculative_config);
+  if (config_.enable_lora) check_lora_device();
   limits_ = propose_limits(config_, *plugin_);
   limits_.num_speculative_tokens = speculative ? speculative->num_speculative_tokens : 0;
   std::vector<halo_named_tensor> weights(model_->weights().begin(), model_->weights().end());
@@ -137,6 +138,7 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   sc.chunked_prefill =
       config_.enable_chunked_prefill && (limits_.capabilities & HALO_CAP_CHUNKED_PREFILL);
   sc.mixed_batch = (limits_.capabilities & HALO_CAP_MIXED_BATCH) != 0;
+  sc.max_loras = config_.enable_lora ? limits_.max_loras : 0;
   if (!sc.chunked_prefill && sc.max_num_batched_tokens < sc.max_model_len) {
     throw Error(fmt::format(
         "device '{}' cannot split prompts, so max_num_batched_tokens={} must be at least "
@@ -147,6 +149,12 @@ LLMEngine::LLMEngine(const EngineConfig& config, std::shared_ptr<const model::Lo
   sc.eos_token_ids = eos_ids_;
   scheduler_ = std::make_unique<Scheduler>(sc, *blocks_);
   runner_ = std::make_unique<ModelRunner>(*kv_cache_, spec.vocab_size);
+  if (config_.enable_lora) {
+    runner_->enable_lora(std::make_unique<LoraSlots>(*executable_, limits_.max_loras));
+    loras_ = std::make_shared<LoraRegistry>(mc, limits_.max_lora_rank, config_.max_cpu_loras);
+    spdlog::info("LoRA: {} adapter slots of rank up to {} on {}", limits_.max_loras,
+                 limits_.max_lora_rank, plugin_->name());
+  }
   if (speculative) start_speculation(std::move(*speculative), std::move(draft));
   spdlog::info(
       "engine ready on {} ({}): max_num_seqs={} max_model_len={} max_num_batched_tokens={} "
@@ -238,6 +246,18 @@ void LLMEngine::install_proposer(std::unique_ptr<spec::Proposer> proposer) {
   proposer_ = std::move(proposer);
 }
 
+// --enable-lora on a device without adapter slots: say why, before loading.
+void LLMEngine::check_lora_device() const {
+  if (device_->has_lora()) return;
+  throw Error(fmt::format(
+      "--enable-lora: device '{}' ({}) cannot run LoRA adapters (no HALO_CAP_LORA, ABI v1.6){}",
+      plugin_->name(), device_->info().name,
+      (device_->info().capabilities & HALO_CAP_STATIC_SHAPES)
+          ? ": its models are compiled ahead of time by `halo compile` into fixed graphs that "
+            "have no adapter inputs; merge an adapter into the base weights before compiling"
+          : ""));
+}
+
 void LLMEngine::check_hidden_states(const char* who) const {
   if (!device_->has_hidden_states())
     throw Error(
@@ -259,6 +279,7 @@ void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids,
     if (id < 0 || id >= vocab)
       throw Error(fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab));
   }
+  if (params.lora) check_lora(*params.lora);
   if (params.pooling.active()) {
     check_hidden_states("a pooling (embedding) request reads the model's hidden states");
     if (static_cast<int>(prompt_ids.size()) > limits_.max_model_len)
@@ -271,6 +292,15 @@ void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids,
         fmt::format("the prompt has {} tokens but max_model_len is {}, leaving no room to generate",
                     prompt_ids.size(), limits_.max_model_len));
   }
+}
+
+void LLMEngine::check_lora(const LoraRequest& lora) const {
+  if (!loras_)
+    throw Error(fmt::format("LoRA adapter '{}': LoRA is not enabled on this model (--enable-lora)",
+                            lora.name));
+  if (lora.adapter->max_rank() > limits_.max_lora_rank)
+    throw Error(fmt::format("LoRA adapter '{}' has rank {}, above --max-lora-rank={}", lora.name,
+                            lora.adapter->max_rank(), limits_.max_lora_rank));
 }
 
 void LLMEngine::add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
@@ -346,6 +376,10 @@ std::shared_ptr<Sequence> LLMEngine::make_sequence(const std::string& request_id
   seq->prompt_ids = prompt_ids;
   seq->rng.seed(params.seed ? *params.seed : config_.seed * 0x9E3779B97F4A7C15ull + seq->arrival);
   seq->params = std::move(params);
+  if (const auto& lora = seq->params.lora) {
+    seq->lora_id = lora->id;
+    seq->hash_root = block_hash_root(config_.prefix_hash_seed, lora->cache_name);
+  }
   if (seq->params.guide) {
     seq->guide.state = seq->params.guide->start();
     seq->guide.waiting = seq->params.guide_gate.active() && seq->params.guide_gate.open;

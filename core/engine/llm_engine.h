@@ -14,6 +14,7 @@
 #include "engine/beam_search.h"
 #include "engine/engine_config.h"
 #include "engine/kv_block_manager.h"
+#include "engine/lora_registry.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -106,6 +107,8 @@ class LLMEngine {
   int max_model_len() const { return limits_.max_model_len; }
   const model::LoadedModel& model() const { return *model_; }
   const device::DeviceInfo& device_info() const { return device_->info(); }
+  // LoRA adapters by name (thread-safe); null unless config.enable_lora.
+  const std::shared_ptr<LoraRegistry>& loras() const { return loras_; }
   EngineStats stats() const;
   // The prefix cache's events since the last call (config.enable_kv_cache_events).
   std::vector<KvCacheEvent> take_kv_events();
@@ -124,6 +127,8 @@ class LLMEngine {
   void read_pooling(const Sequence& seq, size_t i, StepResult& result);
   // Throws `who` + "which plugin X does not return" without HALO_CAP_HIDDEN_STATES.
   void check_hidden_states(const char* who) const;
+  void check_lora_device() const;                  // throws, naming why, without HALO_CAP_LORA
+  void check_lora(const LoraRequest& lora) const;  // enabled, rank within --max-lora-rank
   void verify(const ScheduledSequence& s, int first_row, StepResult& result);
   void propose();
   void check_verify_limit(int num_speculative_tokens) const;
@@ -150,6 +155,7 @@ class LLMEngine {
   std::unique_ptr<KvBlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  std::shared_ptr<LoraRegistry> loras_;  // set with config.enable_lora
   Sampler sampler_;
   std::optional<spec::SpeculativeConfig> spec_;
   std::unique_ptr<spec::Proposer> proposer_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/error.h"
+
 namespace halo::engine {
 
 ModelRunner::ModelRunner(device::KvCache& kv_cache, int vocab_size)
@@ -14,6 +16,7 @@ void ModelRunner::execute(const SchedulerOutput& step) {
   size_t max_blocks = 1;
   for (const auto& s : sched) max_blocks = std::max(max_blocks, s.seq->block_table.size());
   in_.begin(sched.size(), static_cast<int32_t>(max_blocks));
+  ++steps_;
 
   for (size_t i = 0; i < sched.size(); ++i) {
     const Sequence& seq = *sched[i].seq;
@@ -21,6 +24,11 @@ void ModelRunner::execute(const SchedulerOutput& step) {
     const int end = start + sched[i].num_tokens;
     const int32_t first = in_.add_sequence([&](int pos) { return seq.input_token_at(pos); }, start,
                                            sched[i].num_tokens, seq.block_table, block_size_);
+    if (seq.params.lora) {
+      if (!lora_)
+        throw Error("a request names a LoRA adapter but LoRA is not enabled (--enable-lora)");
+      in_.set_lora_slot(lora_->acquire(*seq.params.lora, steps_));
+    }
     if (seq.params.prompt_logprobs >= 0 || seq.params.pooling.every_position()) {
       // Rows predicting a prompt token (their hidden states: the positions a
       // pooling request takes in before the last).

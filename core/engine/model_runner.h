@@ -4,10 +4,12 @@
 // halo_execute_args, and fp32 logits for the sequences that sample this step.
 // Host buffers are reused across steps (no per-step allocation once warm).
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "device/plugin.h"
+#include "engine/lora.h"
 #include "engine/scheduler.h"
 
 namespace halo::engine {
@@ -44,6 +46,10 @@ class ModelRunner {
   // hidden states, or a pooling request); hidden_at(row) is nullptr until
   // asked. Asking again changes nothing.
   void request_hidden_states(int64_t hidden_size);
+  // LoRA (ABI v1.6): from now on a sequence with params.lora runs with its
+  // adapter in one of `slots`.
+  void enable_lora(std::unique_ptr<LoraSlots> slots) { lora_ = std::move(slots); }
+  const LoraSlots* lora_slots() const { return lora_.get(); }
   const float* hidden_at(int row) const {
     return hidden_ ? &hidden_->rows[static_cast<size_t>(row * hidden_->size)] : nullptr;
   }
@@ -57,6 +63,8 @@ class ModelRunner {
   std::vector<PromptRows> prompt_rows_;
   std::vector<float> logits_;
   std::optional<device::KvCache::HiddenStates> hidden_;
+  std::unique_ptr<LoraSlots> lora_;
+  uint64_t steps_ = 0;
 };
 
 }  // namespace halo::engine

@@ -14,6 +14,8 @@ class Guide;
 
 namespace halo::engine {
 
+struct LoraRequest;  // engine/lora.h
+
 // A reasoning model thinks before its guided answer: the guide holds only
 // after `end` (its </think> token) has been generated, as vLLM's
 // reasoning-aware structured output does. `open`: the prompt opened the
@@ -49,6 +51,9 @@ struct SamplingParams {
   // sampled; the sequence finishes once its prompt is computed, with
   // Sequence::embedding.
   PoolingParams pooling;
+  // Set: the LoRA adapter the request runs with (its host copy lives as long
+  // as the request); null: the base model.
+  std::shared_ptr<const LoraRequest> lora;
 
   // Throws halo::Error naming the field and value when out of range.
   void validate() const;

@@ -97,11 +97,27 @@ bool Scheduler::kind_allowed(const StepKinds& kinds, bool prefill) const {
   return prefill ? !kinds.prefill && !kinds.decode : !kinds.prefill;
 }
 
+bool Scheduler::lora_fits(const Sequence& seq) const {
+  if (seq.lora_id == 0 || config_.max_loras <= 0) return true;
+  std::vector<int64_t> used;
+  for (const auto& r : running_) {
+    if (r->lora_id == seq.lora_id) return true;
+    if (r->lora_id != 0 && std::find(used.begin(), used.end(), r->lora_id) == used.end())
+      used.push_back(r->lora_id);
+  }
+  return static_cast<int>(used.size()) < config_.max_loras;
+}
+
 void Scheduler::admit_waiting(SchedulerOutput& out, int& budget, StepKinds& kinds) {
   // New work joins only when nobody had to give up blocks this step.
-  while (out.num_preempted == 0 && !waiting_.empty() && budget > 0 &&
+  size_t next = 0;  // waiting_[0, next) wait for an adapter slot
+  while (out.num_preempted == 0 && next < waiting_.size() && budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
-    auto seq = waiting_.front();
+    auto seq = waiting_[next];
+    if (!lora_fits(*seq)) {
+      ++next;
+      continue;
+    }
     int remaining = seq->num_tokens() - seq->num_computed_tokens;
     int n = std::min(remaining, budget);
     if (n < remaining && !config_.chunked_prefill) break;
@@ -117,7 +133,7 @@ void Scheduler::admit_waiting(SchedulerOutput& out, int& budget, StepKinds& kind
       break;
     }
     if (blocks_.prefix_caching()) blocks_.record_prefix_query(seq->num_tokens(), hit);
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
     seq->status = SequenceStatus::kRunning;
     running_.push_back(seq);
     out.scheduled.push_back({seq.get(), n});

@@ -55,6 +55,10 @@ struct SchedulerConfig {
   std::vector<int32_t> eos_token_ids{};  // end a sequence (unless params.ignore_eos)
   bool chunked_prefill = true;  // a prompt may span several steps
   bool mixed_batch = true;      // prefill and decode in one step
+  // LoRA: running sequences use at most this many adapters (the device's
+  // slots), so every step fits; a waiting request of another adapter waits
+  // while later ones of adapters already running go ahead. 0 = no limit.
+  int max_loras = 0;
 };
 
 struct ScheduledSequence {
@@ -125,6 +129,7 @@ class Scheduler {
   };
   bool kind_allowed(const StepKinds& kinds, bool prefill) const;
   void admit_waiting(SchedulerOutput& out, int& budget, StepKinds& kinds);
+  bool lora_fits(const Sequence& seq) const;  // config_.max_loras allows it to run now
   void schedule_proposals(SchedulerOutput& out, int& budget);
   void append_tokens(Sequence& seq, std::vector<TokenLogprob>& tokens);
   void apply_pooling(Sequence& seq, int num_tokens, StepResult& r);

@@ -46,6 +46,8 @@ struct Sequence {
   std::chrono::steady_clock::time_point first_scheduled{};  // zero until first scheduled
   std::vector<int32_t> block_table;
   std::vector<uint64_t> block_hashes;  // prefix-cache hash chain of the full blocks registered so far
+  int64_t lora_id = 0;                 // its LoRA adapter (LoraRequest::id); 0: the base model
+  uint64_t hash_root = 0;  // its first block's parent; 0: the engine's (a LoRA adapter has its own)
   std::shared_ptr<BeamGroup> beam;     // set: one beam of a beam search (the scheduler drives it)
   GuideCursor guide;                   // params.guide's cursor after the output so far
   // Speculative decoding: tokens proposed to follow the output, verified by

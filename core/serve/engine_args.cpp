@@ -60,6 +60,11 @@ const std::vector<VllmArg>& vllm_args() {
       setting("reasoning_parser", "reasoning-parser"),
       setting("task", "task"),
       setting("pooler_config", "pooler-config"),
+      setting("enable_lora", "enable-lora", true),
+      setting("lora_modules", "lora-modules"),
+      setting("max_loras", "max-loras"),
+      setting("max_lora_rank", "max-lora-rank"),
+      setting("max_cpu_loras", "max-cpu-loras"),
       setting("override_pooler_config", "pooler-config"),
       // Accepted; nothing in halo to change.
       no_effect("trust_remote_code", true, {},
@@ -117,10 +122,6 @@ const std::vector<VllmArg>& vllm_args() {
       no_effect("cpu_offload_gb", false, {"0"}, "halo does not offload weights to host memory"),
       no_effect("disable_sliding_window", true, {}, "halo's models attend over the whole context"),
       // Asked for something halo does not do: refused, so nobody believes it is on.
-      refused("enable_lora", true, {}, "halo does not serve LoRA adapters yet"),
-      refused("lora_modules", false, {}, "halo does not serve LoRA adapters yet"),
-      refused("max_loras", false, {}, "halo does not serve LoRA adapters yet"),
-      refused("max_lora_rank", false, {}, "halo does not serve LoRA adapters yet"),
       setting("speculative_config", "speculative-config"),
       refused("speculative_model", false, {}, "use speculative_config (vLLM >= 0.8 spelling)"),
       refused("num_speculative_tokens", false, {}, "use speculative_config (vLLM >= 0.8 spelling)"),

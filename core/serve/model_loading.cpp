@@ -249,6 +249,26 @@ namespace {
 
 // Loads `s` on its device (opened once per device in `devices`), claiming its
 // memory in `plan`. Throws halo::Error naming what was wrong.
+// --lora-modules, and LMI's adapters beside the model (<model>/adapters/<name>/).
+void register_adapters(ServedModel& sm, const ModelSettings& s, const fs::path& dir) {
+  if (!sm.loras) {
+    if (!s.lora_modules.empty())
+      throw Error(fmt::format("model '{}': --lora-modules needs --enable-lora", s.name));
+    return;
+  }
+  std::vector<LoraModule> modules = s.lora_modules;
+  std::error_code ec;
+  if (fs::is_directory(dir / "adapters", ec))
+    for (const auto& d : fs::directory_iterator(dir / "adapters"))
+      if (d.is_directory()) modules.push_back({d.path().filename().string(), d.path().string()});
+  for (const auto& m : modules) {
+    if (std::find(sm.names.begin(), sm.names.end(), m.name) != sm.names.end())
+      throw Error(
+          fmt::format("model '{}': LoRA adapter '{}' has the model's own name", s.name, m.name));
+    sm.loras->load(m.name, m.path);
+  }
+}
+
 std::shared_ptr<ServedModel> load_one(const ModelSettings& s, const LoadOptions& options,
                                       MemoryPlan& plan, std::map<std::string, Device>& devices) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -313,6 +333,7 @@ std::shared_ptr<ServedModel> load_one(const ModelSettings& s, const LoadOptions&
   sm->version = s.version;
   sm->max_batch_size = s.max_batch_size;
   sm->reasoning_parser = s.reasoning_parser;
+  register_adapters(*sm, s, dir);
   if (s.task == "embed") {
     if (!(eng->engine().device_info().capabilities & HALO_CAP_HIDDEN_STATES))
       throw Error(fmt::format(

@@ -39,6 +39,13 @@ HttpResponse error_response(int status, const std::string& message, const std::s
 
 HttpResponse openai_error(const ApiError& e) { return json_response(e.status(), error_object(e)); }
 
+HttpResponse text_response(std::string text) {
+  HttpResponse r;
+  r.content_type = "text/plain";
+  r.body = std::move(text);
+  return r;
+}
+
 // "%2F" -> "/": a model id such as org/name may arrive encoded in a path.
 std::string percent_decode(const std::string& s) {
   std::string out;
@@ -80,6 +87,7 @@ class OpenAIJob : public HttpSink {
   int64_t created = unix_now();
   SamplingRequest sreq;
   bool echo = false;
+  bool ids_as_tokens = false;    // vLLM's return_tokens_as_token_ids: "token_id:{id}" in logprobs
   std::string chat_echo;         // chat: the final assistant message, with echo
   int completion_logprobs = -1;  // completions: logprobs k
   bool want_prompt_logprobs = false;
@@ -162,13 +170,17 @@ class OpenAIJob : public HttpSink {
     return ojson{{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
   }
 
+  std::string token_label(int32_t id) const {
+    return ids_as_tokens ? "token_id:" + std::to_string(id) : token_text(tokenizer(), id);
+  }
+
   // ---- logprobs in the two OpenAI shapes ----
   ojson chat_logprob_entry(const TokenLogprob& lp) const {
-    std::string t = token_text(tokenizer(), lp.token);
+    std::string t = token_label(lp.token);
     ojson e{{"token", t}, {"logprob", finite_logprob(lp.logprob)}, {"bytes", utf8_bytes(t)}};
     ojson top = ojson::array();
     for (size_t k = 0; k < lp.top.size() && int(k) < sreq.options.sampling.logprobs; ++k) {
-      std::string tt = token_text(tokenizer(), lp.top[k].first);
+      std::string tt = token_label(lp.top[k].first);
       top.push_back({{"token", tt}, {"logprob", finite_logprob(lp.top[k].second)}, {"bytes", utf8_bytes(tt)}});
     }
     e["top_logprobs"] = std::move(top);
@@ -191,7 +203,7 @@ class OpenAIJob : public HttpSink {
   void append_completion_logprobs(ojson& lp, const std::vector<int32_t>& tokens, const TokenLogprob* lps,
                                   size_t num_lps, size_t lp_shift, size_t& offset) const {
     for (size_t i = 0; i < tokens.size(); ++i) {
-      std::string t = token_text(tokenizer(), tokens[i]);
+      std::string t = token_label(tokens[i]);
       lp["tokens"].push_back(t);
       lp["text_offset"].push_back(offset);
       offset += t.size();
@@ -200,7 +212,7 @@ class OpenAIJob : public HttpSink {
         lp["token_logprobs"].push_back(finite_logprob(l.logprob));
         ojson top = ojson::object();
         for (size_t k = 0; k < l.top.size() && int(k) < completion_logprobs; ++k)
-          top[token_text(tokenizer(), l.top[k].first)] = finite_logprob(l.top[k].second);
+          top[token_label(l.top[k].first)] = finite_logprob(l.top[k].second);
         top[t] = finite_logprob(l.logprob);
         lp["top_logprobs"].push_back(std::move(top));
       } else {
@@ -484,6 +496,13 @@ std::shared_ptr<const ServedModel> OpenAIServer::request_model(const json& body)
   return ctx_.core().find_model(&it->get_ref<const std::string&>());
 }
 
+std::string OpenAIServer::served_name(const json& body, const Model& m) {
+  const auto it = body.find("model");
+  if (m.loras && it != body.end() && it->is_string() && m.loras->has(it->get<std::string>()))
+    return it->get<std::string>();
+  return m.name();
+}
+
 void OpenAIServer::handle(HttpRequest&& req, const std::shared_ptr<Responder>& responder) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string what = fmt::format("{} {} {}", req.remote, req.method, req.path);  // route may move req
@@ -536,7 +555,9 @@ HttpResponse OpenAIServer::route(HttpRequest& req, const std::shared_ptr<Respond
                                         "/tokenize",
                                         "/detokenize",
                                         "/v1/responses",
-                                        "/v1/embeddings"};
+                                        "/v1/embeddings",
+                                        "/v1/load_lora_adapter",
+                                        "/v1/unload_lora_adapter"};
   static constexpr std::string_view kModelPrefix = "/v1/models/";  // OpenAI's retrieve-model route
   static constexpr std::string_view kResponsePrefix = "/v1/responses/";  // GET, DELETE one response
   const bool one_model = p.size() > kModelPrefix.size() && p.starts_with(kModelPrefix);
@@ -576,6 +597,8 @@ void OpenAIServer::handle_body(const HttpRequest& req, const std::shared_ptr<Res
   if (p == "/tokenize") return res->send(tokenize(req));
   if (p == "/detokenize") return res->send(detokenize(req));
   if (p == "/v1/chat/completions/render") return res->send(chat_render(req));
+  if (p == "/v1/load_lora_adapter") return res->send(load_lora_adapter(req));
+  if (p == "/v1/unload_lora_adapter") return res->send(unload_lora_adapter(req));
   if (p == "/v1/completions") completions(req, res);
   else if (p == "/v1/chat/completions") chat(req, res);
   else if (p == "/v1/messages") messages(req, res);
@@ -595,15 +618,22 @@ HttpResponse OpenAIServer::health() {
 namespace {
 
 // OpenAI's Model (id, object, created, owned_by) and vLLM's extra fields.
+// A LoRA adapter's card has its source as root and the base as parent, as vLLM's.
 ojson model_card(const ServedModel& m, const std::string& name, int64_t created) {
-  return ojson{{"id", name},
-               {"object", "model"},
-               {"created", created},
-               {"owned_by", "halo"},
-               {"root", m.root},
-               {"parent", nullptr},
-               {"max_model_len", m.max_model_len},
-               {"permission", ojson::array()}};
+  std::optional<engine::LoraRegistry::Info> adapter;
+  if (m.loras && std::find(m.names.begin(), m.names.end(), name) == m.names.end())
+    for (const auto& a : m.loras->list())
+      if (a.name == name) adapter = a;
+  ojson card{{"id", name},
+             {"object", "model"},
+             {"created", created},
+             {"owned_by", "halo"},
+             {"root", adapter ? adapter->source : m.root},
+             {"parent", adapter ? ojson(m.name()) : ojson(nullptr)},
+             {"max_model_len", m.max_model_len},
+             {"permission", ojson::array()}};
+  if (adapter) card["lora_int_id"] = adapter->id;  // TensorRT-LLM's lora_task_id names it
+  return card;
 }
 
 }  // namespace
@@ -611,8 +641,11 @@ ojson model_card(const ServedModel& m, const std::string& name, int64_t created)
 HttpResponse OpenAIServer::models() {
   ctx_.core().find_model(nullptr);  // 503 while nothing is loaded
   ojson data = ojson::array();
-  for (const auto& m : ctx_.core().served_models())
+  for (const auto& m : ctx_.core().served_models()) {
     for (const auto& name : m->names) data.push_back(model_card(*m, name, created_));
+    if (m->loras)
+      for (const auto& a : m->loras->list()) data.push_back(model_card(*m, a.name, created_));
+  }
   return json_response(200, ojson{{"object", "list"}, {"data", data}});
 }
 
@@ -816,12 +849,13 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
   auto job = std::make_shared<OpenAIJob>(Endpoint::kCompletions);
   std::vector<Prompt> prompts;
   job->id = random_id("cmpl-");
-  job->model_name = m.name();
+  job->model_name = served_name(body, m);
   job->sreq = parse_sampling(f, Endpoint::kCompletions, m.defaults);
   if (const json* suffix = f.get("suffix"); suffix && !(suffix->is_string() && suffix->get<std::string>().empty()))
     throw ApiError(400, "'suffix' is not supported by halo (no fill-in-the-middle)", "suffix",
                    error_code::kUnsupportedParameter);
   job->echo = f.boolean("echo").value_or(false);
+  job->ids_as_tokens = f.boolean("return_tokens_as_token_ids").value_or(false);
   bool add_special = f.boolean("add_special_tokens").value_or(true);
 
   const json* pj = f.get("prompt");
@@ -844,6 +878,67 @@ void OpenAIServer::completions(const HttpRequest& req, const std::shared_ptr<Res
   start(job, mp, std::move(prompts), res);
 }
 
+// The model whose adapters a load or unload request changes (its "model", else
+// the first). 404 while runtime updating is off, as vLLM has no such routes then.
+std::shared_ptr<const ServedModel> OpenAIServer::lora_target(const json& body) const {
+  if (!config_.allow_runtime_lora_updating)
+    throw ApiError(404,
+                   "loading LoRA adapters at run time is off: start halo serve with "
+                   "--allow-runtime-lora-updating (or VLLM_ALLOW_RUNTIME_LORA_UPDATING=true)");
+  auto mp = request_model(body);
+  if (!mp->loras)
+    throw ApiError(
+        400,
+        fmt::format("model '{}' serves no LoRA adapters (start it with --enable-lora)", mp->name()),
+        "model");
+  return mp;
+}
+
+// vLLM's runtime adapter routes: {"lora_name", "lora_path"} in, a plain-text
+// "Success: ..." out.
+HttpResponse OpenAIServer::load_lora_adapter(const HttpRequest& req) {
+  json body = ctx_.parse_request(req);
+  auto mp = lora_target(body);
+  Fields f(body);
+  f.touch("model");
+  const auto name = f.string("lora_name"), path = f.string("lora_path");
+  if (!name || name->empty())
+    throw ApiError(400, "'lora_name' (a string) is required", "lora_name",
+                   error_code::kMissingParameter);
+  if (!path || path->empty())
+    throw ApiError(400, "'lora_path' (a string) is required", "lora_path",
+                   error_code::kMissingParameter);
+  f.touch("load_inplace");
+  f.log_unknown("/v1/load_lora_adapter");
+  if (mp->answers_to(*name))
+    throw ApiError(400, fmt::format("The lora adapter '{}' has already been loaded.", *name),
+                   "lora_name");
+  try {
+    mp->loras->load(*name, *path);
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "lora_path");
+  }
+  return text_response(fmt::format("Success: LoRA adapter '{}' added successfully.", *name));
+}
+
+HttpResponse OpenAIServer::unload_lora_adapter(const HttpRequest& req) {
+  json body = ctx_.parse_request(req);
+  auto mp = lora_target(body);
+  Fields f(body);
+  f.touch("model");
+  f.touch("lora_int_id");
+  const auto name = f.string("lora_name");
+  if (!name || name->empty())
+    throw ApiError(400, "'lora_name' (a string) is required", "lora_name",
+                   error_code::kMissingParameter);
+  f.log_unknown("/v1/unload_lora_adapter");
+  // Requests running on it hold their own copy and finish on it.
+  if (!mp->loras->unload(*name))
+    throw ApiError(404, fmt::format("The lora adapter '{}' cannot be found.", *name), "lora_name",
+                   error_code::kModelNotFound);
+  return text_response(fmt::format("Success: LoRA adapter '{}' removed successfully.", *name));
+}
+
 void OpenAIServer::embeddings(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
   json body = ctx_.parse_request(req);
   std::shared_ptr<const Model> mp = request_model(body);
@@ -851,10 +946,12 @@ void OpenAIServer::embeddings(const HttpRequest& req, const std::shared_ptr<Resp
   f.touch("model");
   EmbeddingsRequest er = parse_embeddings(f, *mp, ctx_.core());
   f.log_unknown("/v1/embeddings");
-  auto sink = make_embeddings_sink(mp->name(), er.base64);
+  const std::string name = served_name(body, *mp);
+  auto sink = make_embeddings_sink(name, er.base64);
   sink->res = res;
   engine::RequestOptions options;
   options.sampling.pooling = er.pooling;
+  options.sampling.lora = mp->lora(name);
   options.sampling.max_tokens = 1;
   ctx_.start(std::make_shared<Generation>(mp, random_id("embd-"), std::move(er.prompts),
                                           std::move(options), sink),
@@ -904,9 +1001,10 @@ void OpenAIServer::run_chat(std::string_view text, json body, const char* id_pre
 
   auto job = std::make_shared<OpenAIJob>(Endpoint::kChat);
   job->id = random_id(id_prefix);
-  job->model_name = m.name();
+  job->model_name = served_name(body, m);
   if (shape) job->shape = shape(job->id, m.name());
   job->sreq = parse_sampling(f, Endpoint::kChat, m.defaults);
+  job->ids_as_tokens = f.boolean("return_tokens_as_token_ids").value_or(false);
   bool add_special = false;
   std::string prompt = render_chat(m, f, text, add_special, &job->chat_echo, &job->tool_choice);
   constrain_to_tool_choice(job->tool_choice, job->sreq.options);
@@ -937,7 +1035,7 @@ void OpenAIServer::generate(const HttpRequest& req, const std::shared_ptr<Respon
   f.touch("model");
   auto job = std::make_shared<OpenAIJob>(Endpoint::kGenerate);
   job->id = random_id("generate-");
-  job->model_name = m.name();
+  job->model_name = served_name(body, m);
   if (f.get("logprobs") || f.get("prompt_logprobs"))
     throw ApiError(400, "/generate returns only text: use /v1/completions for logprobs", "logprobs",
                    error_code::kUnsupportedParameter);
@@ -958,6 +1056,7 @@ void OpenAIServer::start(const std::shared_ptr<OpenAIJob>& job, std::shared_ptr<
   job->res = res;
   job->stream = job->sreq.stream;
   auto options = job->sreq.options;
+  options.sampling.lora = model->lora(job->model_name);
   ctx_.start(std::make_shared<Generation>(std::move(model), job->id, std::move(prompts), std::move(options), job), res);
 }
 

@@ -33,6 +33,9 @@ namespace halo::serve {
 
 struct ApiConfig {
   std::string version = "0.0.0";  // /version
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's
+  // VLLM_ALLOW_RUNTIME_LORA_UPDATING): off unless set.
+  bool allow_runtime_lora_updating = false;
 };
 
 class OpenAIJob;
@@ -52,6 +55,11 @@ class OpenAIServer {
   HttpResponse route(HttpRequest& req, const std::shared_ptr<Responder>& responder, bool& deferred);
   void handle_body(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   std::shared_ptr<const Model> request_model(const json& body) const;  // by its "model" field
+  // The name a response reports: the LoRA adapter the body's "model" names, else m.name().
+  static std::string served_name(const json& body, const Model& m);
+  std::shared_ptr<const Model> lora_target(const json& body) const;
+  HttpResponse load_lora_adapter(const HttpRequest& req);
+  HttpResponse unload_lora_adapter(const HttpRequest& req);
 
   HttpResponse models();
   HttpResponse model(const std::string& id);  // GET /v1/models/{id}

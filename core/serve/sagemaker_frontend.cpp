@@ -149,6 +149,27 @@ void SageMakerFrontend::handle(HttpRequest&& req, const std::shared_ptr<Responde
   responder->send(std::move(resp));
 }
 
+namespace {
+// The LoRA adapter an invocation names: SageMaker's adapter header (inference
+// components), else LMI's "adapters" field (one name, or a list of one), else
+// the target model when that is an adapter.
+std::shared_ptr<const engine::LoraRequest> request_adapter(const HttpRequest& req, const json& body,
+                                                           const ServedModel& m,
+                                                           const std::string& target) {
+  std::string name = req.header("x-amzn-sagemaker-adapter-identifier");
+  if (name.empty())
+    if (auto it = body.find("adapters"); it != body.end() && !it->is_null()) {
+      const json& a = it->is_array() && it->size() == 1 ? (*it)[0] : *it;
+      if (!a.is_string())
+        throw ApiError(400, "'adapters' must be an adapter's name (one input per invocation)",
+                       "adapters");
+      name = a.get<std::string>();
+    }
+  if (name.empty()) return m.lora(target);  // the target model may be an adapter
+  return m.named_lora(name, "adapters");
+}
+}  // namespace
+
 void SageMakerFrontend::invocations(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
   json body = ctx_.parse_request(req);
   auto job = std::make_shared<SageMakerJob>();
@@ -209,6 +230,7 @@ void SageMakerFrontend::invocations(const HttpRequest& req, const std::shared_pt
     throw lmi_named(e, params);
   }
   job->options = sreq.options;
+  job->options.sampling.lora = request_adapter(req, body, m, target);
   // The sampled token's log_prob on every line (a beam search reports none).
   if (job->options.beam.width == 0) job->options.sampling.logprobs = 0;
   ctx_.core().check_prompt_bytes(m, job->prompt.size(), "inputs");

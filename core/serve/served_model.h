@@ -32,10 +32,20 @@ struct ServedModel {
   std::string reasoning_parser;  // <think> text into reasoning_content
   // Served for embeddings too (--task embed): how its hidden states are pooled.
   std::optional<engine::PoolingParams> pooling;
+  // LoRA adapters served over it (--enable-lora), named like models; null without.
+  std::shared_ptr<engine::LoraRegistry> loras;
 
   const std::string& name() const { return names.front(); }
   const text::Tokenizer& tokenizer() const { return engine->tokenizer(); }
-  bool answers_to(const std::string& n) const;
+  bool answers_to(const std::string& n) const;  // one of its names or one of its adapters'
+  // The adapter `n` selects; nullptr for the model's own names (the base).
+  // Throws halo::Error when the adapter's files cannot be read again.
+  std::shared_ptr<const engine::LoraRequest> lora(const std::string& n) const;
+  // The adapter a request names in `field` (LMI's adapter field, TensorRT-LLM's
+  // lora_task_id as `id`): ApiError 400 naming the field when there is none.
+  std::shared_ptr<const engine::LoraRequest> named_lora(const std::string& n,
+                                                        const char* field) const;
+  std::shared_ptr<const engine::LoraRequest> lora_by_id(int64_t id, const char* field) const;
 
   // Reads the limits and defaults off a running engine. `names` must not be empty.
   static std::shared_ptr<ServedModel> make(std::vector<std::string> names, std::string root,

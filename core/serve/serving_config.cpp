@@ -9,7 +9,9 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "common/error.h"
 #include "engine/spec_decode/speculative_config.h"
@@ -126,11 +128,80 @@ const std::vector<std::string>& setting_keys() {
                                                 "tool-call-parser",
                                                 "reasoning-parser",
                                                 "task",
-                                                "pooler-config"};
+                                                "pooler-config",
+                                                "enable-lora",
+                                                "lora-modules",
+                                                "max-loras",
+                                                "max-lora-rank",
+                                                "max-cpu-loras"};
   return keys;
 }
 
+std::vector<LoraModule> parse_lora_modules(const std::string& v) {
+  std::vector<LoraModule> out;
+  auto add = [&](std::string name, std::string path) {
+    if (name.empty() || path.empty())
+      throw Error(fmt::format("a LoRA module needs a name and a path (name=path), got '{}={}'",
+                              name, path));
+    for (const auto& m : out)
+      if (m.name == name) throw Error(fmt::format("LoRA module '{}' is given twice", name));
+    out.push_back({std::move(name), std::move(path)});
+  };
+  const std::string t = trim(v);
+  if (t.starts_with("{") || t.starts_with("[")) {  // vLLM's JSON form
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(t);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(fmt::format("LoRA modules JSON: {}", e.what()));
+    }
+    if (j.is_object()) j = nlohmann::json::array({j});
+    for (const auto& m : j) {
+      if (!m.is_object() || !m.contains("name") || !m.contains("path") || !m["name"].is_string() ||
+          !m["path"].is_string())
+        throw Error(fmt::format("a LoRA module must be {{\"name\": ..., \"path\": ...}}, got {}",
+                                m.dump()));
+      add(m["name"].get<std::string>(), m["path"].get<std::string>());
+    }
+    return out;
+  }
+  std::string spaced = t;  // name=path, separated by spaces or commas
+  std::replace(spaced.begin(), spaced.end(), ',', ' ');
+  std::istringstream in(spaced);
+  for (std::string item; in >> item;) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos)
+      throw Error(fmt::format("LoRA module '{}' is not name=path", item));
+    add(item.substr(0, eq), item.substr(eq + 1));
+  }
+  return out;
+}
+
 namespace {
+
+// LoRA adapters (vLLM's flags); false for any other key.
+bool apply_lora_setting(ModelSettings& m, const std::string& key, const std::string& v,
+                        const Setting& s) {
+  auto& e = m.engine;
+  if (key == "enable-lora") {
+    e.enable_lora = to_bool(s);
+  } else if (key == "lora-modules") {
+    try {
+      m.lora_modules = parse_lora_modules(v);
+    } catch (const Error& err) {
+      bad(s, err.what());
+    }
+  } else if (key == "max-loras") {
+    e.max_loras = static_cast<int>(to_int(s, 1, 4096));
+  } else if (key == "max-lora-rank") {
+    e.max_lora_rank = static_cast<int>(to_int(s, 1, 65536));
+  } else if (key == "max-cpu-loras") {
+    e.max_cpu_loras = static_cast<int>(to_int(s, 0, 1 << 20));
+  } else {
+    return false;
+  }
+  return true;
+}
 
 // The settings of how chat output is read (vLLM's tool and reasoning parser
 // flags); false for any other key.
@@ -272,7 +343,7 @@ void apply_setting(ModelSettings& m, const Setting& s) {
     if (r != "auto" && r != "vllm" && r != "lmi-dist" && r != "trtllm" && r != "scheduler")
       bad(s, "expected auto, vllm, lmi-dist, trtllm or scheduler (all run halo's continuous batching)");
     m.rolling_batch = r;
-  } else if (!apply_chat_output_setting(m, key, v, s)) {
+  } else if (!apply_chat_output_setting(m, key, v, s) && !apply_lora_setting(m, key, v, s)) {
     throw Error(fmt::format("{}: unknown setting '{}' (known: {})", s.source, s.key, fmt::join(setting_keys(), ", ")));
   }
   m.origin[key] = s.source;
@@ -418,6 +489,15 @@ std::string describe(const ModelSettings& s) {
   row("enable-auto-tool-choice", s.enable_auto_tool_choice ? "true" : "false");
   row("tool-call-parser", s.tool_call_parser.empty() ? "from the chat template" : s.tool_call_parser);
   row("reasoning-parser", s.reasoning_parser.empty() ? "none" : s.reasoning_parser);
+  row("enable-lora", e.enable_lora ? "true" : "false");
+  if (e.enable_lora) {
+    row("max-loras", std::to_string(e.max_loras));
+    row("max-lora-rank", std::to_string(e.max_lora_rank));
+    row("max-cpu-loras", e.max_cpu_loras ? std::to_string(e.max_cpu_loras) : "every adapter");
+    std::string mods;
+    for (const auto& l : s.lora_modules) mods += (mods.empty() ? "" : " ") + l.name + "=" + l.path;
+    row("lora-modules", mods.empty() ? "none" : mods);
+  }
   row("task", s.task);
   if (s.task == "embed")
     row("pooler-config", s.pooler_config.empty() ? "the model's own" : s.pooler_config);

@@ -27,6 +27,15 @@ struct Setting {
 };
 using SettingLayer = std::vector<Setting>;
 
+// An adapter given at start (--lora-modules name=path).
+struct LoraModule {
+  std::string name, path;  // path: a directory or a Hugging Face id
+};
+// --lora-modules' value: name=path items separated by spaces or commas, or
+// vLLM's JSON ({"name": ..., "path": ...} or a list of them). Throws
+// halo::Error naming the bad item.
+std::vector<LoraModule> parse_lora_modules(const std::string& value);
+
 struct ModelSettings {
   std::string name;                         // the served name
   std::vector<std::string> extra_names;     // more names it answers to
@@ -50,6 +59,8 @@ struct ModelSettings {
   // pooler_config says (serve/pooling_config.h; "": the model's own).
   std::string task = "generate";
   std::string pooler_config;
+  // LoRA adapters registered at start (engine.enable_lora turns LoRA on).
+  std::vector<LoraModule> lora_modules;
   std::map<std::string, std::string> origin;  // key -> source of the value in effect
 
   std::filesystem::path load_dir() const { return compiled_model_dir.empty() ? dir : compiled_model_dir; }

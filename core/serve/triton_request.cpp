@@ -54,9 +54,12 @@ void reject_trtllm_inputs(Fields& f) {
   static const std::vector<std::pair<const char*, const char*>> refused = {
       {"embedding_bias_words", "the sampler has no per-token bias"},
       {"embedding_bias_weights", "the sampler has no per-token bias"},
-      {"lora_task_id", "halo serves no LoRA adapters"},
-      {"lora_weights", "halo serves no LoRA adapters"},
-      {"lora_config", "halo serves no LoRA adapters"},
+      {"lora_weights",
+       "adapters are not sent with requests: load them with --lora-modules or POST "
+       "/v1/load_lora_adapter and name one by lora_task_id (its lora_int_id) or as the model"},
+      {"lora_config",
+       "adapters are not sent with requests: load them with --lora-modules or POST "
+       "/v1/load_lora_adapter and name one by lora_task_id (its lora_int_id) or as the model"},
       {"prompt_embedding_table", "prompt tuning tables are not supported"},
       {"decoder_text_input", "encoder-decoder models are not supported"},
       {"image_input", "halo serves text models"},
@@ -219,6 +222,17 @@ TritonRequest parse_triton_request(const FrontendContext& ctx, const std::string
   sreq = parse_sampling(f, Endpoint::kGenerate, m.defaults);
   parse_trtllm_guided(f, sreq.options);
   r.options = sreq.options;
+  // The adapter: the route's model name, or TensorRT-LLM's lora_task_id (its id).
+  r.options.sampling.lora = m.lora(model_name);
+  if (auto id = f.integer("lora_task_id", 1, std::numeric_limits<int64_t>::max())) {
+    auto by_id = m.lora_by_id(*id, "lora_task_id");
+    if (r.options.sampling.lora && r.options.sampling.lora->id != by_id->id)
+      throw ApiError(
+          400,
+          fmt::format("'lora_task_id' {} is not the adapter '{}' the route names", *id, model_name),
+          "lora_task_id");
+    r.options.sampling.lora = std::move(by_id);
+  }
   if (end_id) {
     r.end_id = static_cast<int32_t>(*end_id);
     r.options.sampling.stop_token_ids.push_back(*r.end_id);

@@ -19,6 +19,7 @@ if _os.path.isdir(_model):
 from .async_engine import AsyncLLMEngine  # noqa: E402
 from .engine_args import AsyncEngineArgs, EngineArgs  # noqa: E402
 from .llm import LLM  # noqa: E402
+from .lora.request import LoRARequest  # noqa: E402
 from .outputs import (BeamSearchOutput, BeamSearchSequence, CompletionOutput,  # noqa: E402
                       EmbeddingOutput, EmbeddingRequestOutput, Logprob, RequestMetrics, RequestOutput)
 from .sampling_params import (BeamSearchParams, GuidedDecodingParams, PoolingParams,  # noqa: E402
@@ -29,6 +30,7 @@ __version__ = _C.__version__
 
 __all__ = [
     "LLM",
+    "LoRARequest",
     "SamplingParams",
     "BeamSearchParams",
     "GuidedDecodingParams",

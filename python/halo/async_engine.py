@@ -12,6 +12,7 @@ from typing import Any, AsyncGenerator, Dict, List, Optional
 from . import _C
 from .engine_args import EngineArgs
 from .inputs import parse_prompt
+from .lora.request import with_lora
 from .outputs import (CompletionOutput, RequestMetrics, RequestOutput, cumulative_logprob,
                       prompt_logprobs, sample_logprobs)
 from .sampling_params import SamplingParams, params_json
@@ -233,8 +234,6 @@ class AsyncLLMEngine:
             raise RuntimeError("the AsyncLLMEngine was shut down")
         if self._errored is not None:
             raise self.dead_error
-        if lora_request is not None:
-            raise ValueError("halo does not serve LoRA adapters yet (lora_request)")
         if request_id is None:
             raise TypeError("generate() needs a request_id")
         request_id = str(request_id)
@@ -249,7 +248,8 @@ class AsyncLLMEngine:
         self._requests[request_id] = req
         finished = False
         try:
-            req.stream = self._engine.add_request(request_id, ids, params_json(sampling_params))
+            req.stream = self._engine.add_request(request_id, ids,
+                                                  with_lora(params_json(sampling_params), lora_request))
             abort_deadline: Optional[float] = None
             while True:
                 if self._errored is not None:

@@ -72,6 +72,7 @@ class EngineArgs:
     enable_lora: Optional[bool] = None
     max_loras: Optional[int] = None
     max_lora_rank: Optional[int] = None
+    max_cpu_loras: Optional[int] = None
     device: Optional[str] = None
     num_scheduler_steps: Optional[int] = None
     enable_chunked_prefill: Optional[bool] = None

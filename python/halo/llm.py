@@ -8,6 +8,7 @@ from .inputs import parse_prompt, prompt_list
 from .outputs import (BeamSearchOutput, BeamSearchSequence, EmbeddingRequestOutput, RequestOutput,
                       embedding_output_from_result,
                       request_output_from_result)
+from .lora.request import lora_list, with_lora
 from .progress import progress_for
 from .sampling_params import BeamSearchParams, PoolingParams, SamplingParams, params_json
 from .tokenizer import Tokenizer, render_chat
@@ -65,8 +66,6 @@ class LLM:
         prompts: a str, {"prompt": str}, {"prompt_token_ids": [...]}, or a list of them;
         sampling_params: one for all, or one per prompt (None: the model's defaults);
         use_tqdm: a progress bar for more than one prompt (tqdm if installed)."""
-        if lora_request is not None:
-            raise ValueError("halo does not serve LoRA adapters yet (lora_request)")
         if prompt_adapter_request is not None:
             raise ValueError("halo does not serve prompt adapters (prompt_adapter_request)")
         if guided_options_request is not None:
@@ -76,10 +75,10 @@ class LLM:
         tokenizer = self.get_tokenizer()
         texts: List[Optional[str]] = []
         requests = []
-        for prompt, sp in zip(prompts, params):
+        for prompt, sp, lr in zip(prompts, params, lora_list(lora_request, len(prompts))):
             text, ids = parse_prompt(prompt, tokenizer)
             texts.append(text)
-            requests.append((str(next(self._counter)), ids, params_json(sp)))
+            requests.append((str(next(self._counter)), ids, with_lora(params_json(sp), lr)))
         return self._run(requests, texts, use_tqdm)
 
     def chat(self, messages: Any, sampling_params: Any = None, use_tqdm: Any = True,
@@ -90,8 +89,6 @@ class LLM:
              mm_processor_kwargs: Optional[Dict[str, Any]] = None) -> List[RequestOutput]:
         """Generates replies to one conversation (a list of messages) or to a list of them;
         each prompt is the conversation after the chat template."""
-        if lora_request is not None:
-            raise ValueError("halo does not serve LoRA adapters yet (lora_request)")
         if mm_processor_kwargs:
             raise ValueError("halo serves text models only (mm_processor_kwargs)")
         conversations = messages
@@ -100,14 +97,14 @@ class LLM:
         params = self._params_list(sampling_params, len(conversations))
         texts: List[Optional[str]] = []
         requests = []
-        for conv, sp in zip(conversations, params):
+        for conv, sp, lr in zip(conversations, params, lora_list(lora_request, len(conversations))):
             rendered = render_chat(self._engine, conv, add_generation_prompt=add_generation_prompt,
                                    chat_template=chat_template, tools=tools,
                                    chat_template_kwargs=chat_template_kwargs,
                                    continue_final_message=continue_final_message)
             texts.append(rendered)
             requests.append((str(next(self._counter)), list(self._engine.chat_prompt_ids(rendered)),
-                             params_json(sp)))
+                             with_lora(params_json(sp), lr)))
         return self._run(requests, texts, use_tqdm)
 
     def embed(self, prompts: Any, pooling_params: Optional[PoolingParams] = None, use_tqdm: Any = True,
@@ -115,16 +112,15 @@ class LLM:
               lora_request: Any = None) -> List[EmbeddingRequestOutput]:
         """vLLM's LLM.embed: one embedding per prompt, pooled as the model is (load it with
         task="embed"; docs/embeddings.md). Prompts as generate's."""
-        if lora_request is not None:
-            raise ValueError("halo does not serve LoRA adapters yet (lora_request)")
         params = (pooling_params or PoolingParams()).to_json()
         tokenizer = self.get_tokenizer()
         requests = []
-        for prompt in prompt_list(prompts, None):
+        plist = prompt_list(prompts, None)
+        for prompt, lr in zip(plist, lora_list(lora_request, len(plist))):
             _, ids = parse_prompt(prompt, tokenizer)
             if truncate_prompt_tokens is not None and truncate_prompt_tokens >= 0:
                 ids = ids[len(ids) - min(len(ids), truncate_prompt_tokens):]
-            requests.append((str(next(self._counter)), ids, params))
+            requests.append((str(next(self._counter)), ids, with_lora(params, lr)))
         return [embedding_output_from_result(r) for r in self._results(requests, use_tqdm)]
 
     def beam_search(self, prompts: Any, params: BeamSearchParams) -> List[BeamSearchOutput]:

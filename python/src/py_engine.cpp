@@ -176,6 +176,21 @@ engine::RequestOptions pooling_options(serve::Fields& f, const serve::ServedMode
   return o;
 }
 
+// vLLM's LoRARequest ({"lora_name", "lora_path"}): the adapter, loaded under
+// its name the first time a request names it; null when the body has none.
+std::shared_ptr<const engine::LoraRequest> lora_of(serve::Fields& f, const serve::ServedModel& m) {
+  const serve::json* lr = f.get("lora_request");
+  if (lr == nullptr || lr->is_null()) return nullptr;
+  if (!m.loras)
+    throw serve::ApiError(400, "lora_request: LoRA is not enabled (LLM(..., enable_lora=True))");
+  const std::string name = lr->value("lora_name", std::string());
+  const std::string path = lr->value("lora_path", std::string());
+  if (name.empty() || path.empty())
+    throw serve::ApiError(400, "lora_request needs lora_name and lora_path");
+  if (!m.loras->has(name)) m.loras->load(name, path);
+  return m.lora(name);
+}
+
 // What the caller sent, parsed as vLLM's /generate body: the HTTP API's checks and messages.
 engine::RequestOptions parse_params(const std::string& params_json, size_t prompt_len,
                                     const serve::ServedModel& m) {
@@ -183,12 +198,19 @@ engine::RequestOptions parse_params(const std::string& params_json, size_t promp
   if (!body.is_object())
     throw serve::ApiError(400, "the sampling parameters must be a JSON object");
   serve::Fields f(body);
-  if (f.boolean("embed").value_or(false)) return pooling_options(f, m);
-  serve::SamplingRequest sreq = serve::parse_sampling(f, serve::Endpoint::kGenerate, m.defaults);
-  serve::settle_max_tokens(sreq, serve::Endpoint::kGenerate, static_cast<int>(prompt_len),
-                           m.max_model_len, m.defaults.generation);
-  f.log_unknown("SamplingParams");
-  return sreq.options;
+  auto lora = lora_of(f, m);
+  engine::RequestOptions options;
+  if (f.boolean("embed").value_or(false)) {
+    options = pooling_options(f, m);
+  } else {
+    serve::SamplingRequest sreq = serve::parse_sampling(f, serve::Endpoint::kGenerate, m.defaults);
+    serve::settle_max_tokens(sreq, serve::Endpoint::kGenerate, static_cast<int>(prompt_len),
+                             m.max_model_len, m.defaults.generation);
+    f.log_unknown("SamplingParams");
+    options = sreq.options;
+  }
+  options.sampling.lora = std::move(lora);
+  return options;
 }
 
 }  // namespace

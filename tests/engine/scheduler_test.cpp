@@ -443,3 +443,36 @@ TEST(SchedulerSpec, PreemptionDropsProposals) {
   EXPECT_TRUE(b->spec_ids.empty());
   EXPECT_EQ(b->status, SequenceStatus::kWaiting);
 }
+
+// --max-loras: running sequences use at most that many adapters; a request of
+// another adapter waits (later requests of running adapters, or of the base,
+// go ahead of it) and runs once an adapter's last sequence finishes.
+TEST(Scheduler, RunningSequencesUseAtMostMaxLorasAdapters) {
+  KvBlockManager blocks(64, 4);
+  Scheduler sched(
+      {.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64, .max_loras = 2},
+      blocks);
+  auto with = [](std::shared_ptr<Sequence> s, int64_t lora) {
+    s->lora_id = lora;
+    return s;
+  };
+  auto a = with(make_seq("a", 3, 2, 0), 1);
+  auto b = with(make_seq("b", 3, 5, 1), 2);
+  auto c = with(make_seq("c", 3, 5, 2), 3);  // a third adapter: waits
+  auto d = with(make_seq("d", 3, 5, 3), 1);  // adapter 1 runs: goes ahead of c
+  auto e = make_seq("e", 3, 5, 4);           // the base never waits for a slot
+  for (const auto& s : {a, b, c, d, e}) sched.add(s);
+  auto s1 = sched.schedule();
+  std::vector<std::string> ids;
+  for (const auto& s : s1.scheduled) ids.push_back(s.seq->request_id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"a", "b", "d", "e"}));
+  EXPECT_EQ(c->status, SequenceStatus::kWaiting);
+  run_step(sched, s1);
+  run_step(sched, sched.schedule());  // a finishes (2 tokens); d still holds adapter 1
+  EXPECT_TRUE(a->finished());
+  EXPECT_EQ(c->status, SequenceStatus::kWaiting);
+  for (int i = 0; i < 8 && c->status == SequenceStatus::kWaiting; ++i)
+    run_step(sched, sched.schedule());
+  EXPECT_TRUE(d->finished() || b->finished());  // c ran only once an adapter left
+  EXPECT_NE(c->status, SequenceStatus::kWaiting);
+}

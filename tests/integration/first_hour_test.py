@@ -103,7 +103,7 @@ class VllmFlags(unittest.TestCase):
     def test_flags_halo_cannot_honour_are_refused_with_the_reason(self):
         for args, frag in [(["--quantization", "awq"], "quantization=awq: expected one of none, int8, int4"),
                            (["--pipeline-parallel-size", "2"], "pipeline_parallel_size=2"),
-                           (["--enable-lora"], "LoRA"),
+                           (["--speculative-model", "d"], "speculative_config"),
                            (["--ssl-keyfile", "k.pem"], "TLS"),
                            (["--load-format", "gguf"], "load_format=gguf")]:
             p = halo("serve", "--check-config", *args, check=False)

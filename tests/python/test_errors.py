@@ -45,12 +45,12 @@ def test_prompt_longer_than_context(llm):
 
 
 def test_refused_engine_argument(model_dir):
-    # halo refuses LoRA; the message names the source and the setting
+    # halo refuses the pre-0.8 speculative spelling; the message names the source and the setting
     with pytest.raises(ValueError) as info:
-        LLM(model_dir, enable_lora=True)
+        LLM(model_dir, speculative_model="draft")
     print(info.value)
     message = str(info.value)
-    assert message.startswith("LLM") and "enable_lora" in message and "LoRA" in message
+    assert message.startswith("LLM") and "speculative_model" in message and "speculative_config" in message
 
 
 def test_unknown_engine_argument(model_dir):

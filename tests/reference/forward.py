@@ -8,7 +8,8 @@ last prompt position and `steps` greedy tokens (no EOS stop; the whole
 sequence is recomputed for every step). Also: --decode prints the greedy text
 (pieces from tokenizer.json) on stderr; --all-logits adds "logits": one row per
 prompt position; --pool LAST|MEAN|CLS [--no-normalize] prints only
-{"embedding": [...]}, the pooled final hidden states (embeddings).
+{"embedding": [...]}, the pooled final hidden states (embeddings); --lora DIR
+runs with a PEFT LoRA adapter merged into the weights (W + scale * B A).
 
 Written from the semantics of Hugging Face transformers' modeling code
 (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
@@ -159,11 +160,42 @@ def apply_rope(x, cos, sin):
 # ----------------------------------------------------------------- model
 
 
+def merge_lora(w, adapter_dir):
+    """Adds a PEFT adapter's scale * B @ A to each target's weight, in place.
+
+    From PEFT's LoraLayer semantics: scale = lora_alpha / r, or
+    lora_alpha / sqrt(r) with use_rslora; alpha_pattern keys match a module
+    name whole or as a dotted suffix; the rank is A's row count."""
+    with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    tensors = read_safetensors(os.path.join(adapter_dir, "adapter_model.safetensors"))
+    merged = 0
+    for name, a in tensors.items():
+        if not name.endswith(".lora_A.weight"):
+            continue
+        module = name[: -len(".lora_A.weight")]
+        b = tensors[module + ".lora_B.weight"]
+        if module.startswith("base_model.model."):
+            module = module[len("base_model.model."):]
+        alpha = cfg.get("lora_alpha", 8)
+        for key, value in (cfg.get("alpha_pattern") or {}).items():
+            if module == key or module.endswith("." + key):
+                alpha = value
+        r = a.shape[0]
+        scale = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
+        w[module + ".weight"] = w[module + ".weight"] + scale * (b @ a)
+        merged += 1
+    if merged == 0:
+        raise SystemExit(f"{adapter_dir}: no lora_A/lora_B pairs")
+
+
 class Model:
-    def __init__(self, model_dir):
+    def __init__(self, model_dir, lora=None):
         with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
             self.cfg = Config(json.load(f))
         self.w = read_weights(model_dir)
+        if lora:
+            merge_lora(self.w, lora)
         self.inv_freq = inv_frequencies(self.cfg)
 
     def layer_weights(self, i):
@@ -283,11 +315,12 @@ def main(argv=None):
     ap.add_argument("--pool", choices=["LAST", "MEAN", "CLS"],
                     help="only output the prompt's pooled final hidden states as \"embedding\"")
     ap.add_argument("--no-normalize", action="store_true", help="with --pool: do not L2-normalise")
+    ap.add_argument("--lora", help="a PEFT LoRA adapter directory, merged into the weights")
     a = ap.parse_args(argv)
     ids = [int(t) for t in a.prompt_ids.split(",") if t.strip()]
     if not ids:
         ap.error("--prompt-ids is empty")
-    model = Model(a.model_dir)
+    model = Model(a.model_dir, a.lora)
     if a.pool:
         v = pool(model.hidden(ids), a.pool, not a.no_normalize)
         json.dump({"embedding": [float(x) for x in v]}, sys.stdout)

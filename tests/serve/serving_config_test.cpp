@@ -103,6 +103,41 @@ TEST(ServingConfig, LmiOptionsFollowVllmArgumentTable) {
   EXPECT_EQ(lmi_option_key("quantization", "int8", "s"), "quantization");
 }
 
+// vLLM's LoRA flags: settings, LMI options, and --lora-modules in its two forms.
+TEST(ServingConfig, LoraSettingsAndModules) {
+  EXPECT_EQ(lmi_option_key("enable_lora", "true", "s"), "enable-lora");
+  EXPECT_EQ(lmi_option_key("max_cpu_loras", "2", "s"), "max-cpu-loras");
+  ModelSettings m;
+  for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
+           {"enable-lora", "true"},
+           {"max-loras", "3"},
+           {"max-lora-rank", "32"},
+           {"max-cpu-loras", "5"},
+           {"lora-modules", "sql=/a/sql, chat=org/chat"}})
+    apply_setting(m, {k, v, "t"});
+  EXPECT_TRUE(m.engine.enable_lora);
+  EXPECT_EQ(m.engine.max_loras, 3);
+  EXPECT_EQ(m.engine.max_lora_rank, 32);
+  EXPECT_EQ(m.engine.max_cpu_loras, 5);
+  ASSERT_EQ(m.lora_modules.size(), 2u);
+  EXPECT_EQ(m.lora_modules[1].name, "chat");
+  EXPECT_EQ(m.lora_modules[1].path, "org/chat");
+  const auto json = parse_lora_modules(R"([{"name": "a", "path": "/x", "base_model_name": "b"}])");
+  ASSERT_EQ(json.size(), 1u);
+  EXPECT_EQ(json[0].path, "/x");
+  EXPECT_NE(error_of([] { parse_lora_modules("sql"); }).find("'sql' is not name=path"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_lora_modules("a=/x a=/y"); }).find("'a' is given twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_lora_modules(R"({"name": "a"})"); }).find("\"path\""),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_lora_modules("[1,"); }).find("JSON"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              apply_setting(m, {"max-loras", "0", "cli --max-loras"});
+            }).find("cli --max-loras"),
+            std::string::npos);
+}
+
 TEST(ServingConfig, EnvironmentLayer) {
   auto layer = sagemaker_env_layer({{"OPTION_MAX_ROLLING_BATCH_SIZE", "8"},
                                     {"TENSOR_PARALLEL_DEGREE", "1"},

@@ -16,6 +16,8 @@ std::filesystem::path default_model_dir();
 
 // Engine flags shared by every command that runs a model (named as vLLM's).
 void add_engine_options(CLI::App& cmd, engine::EngineConfig& config);
+// --enable-lora, --max-loras, --max-lora-rank, --max-cpu-loras (vLLM's spelling).
+void add_lora_options(CLI::App& cmd, engine::EngineConfig& config);
 
 void add_generate_command(CLI::App& app);
 void add_devices_command(CLI::App& app);

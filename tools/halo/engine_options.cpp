@@ -80,4 +80,15 @@ void add_engine_options(CLI::App& cmd, engine::EngineConfig& c) {
       });
 }
 
+void add_lora_options(CLI::App& cmd, engine::EngineConfig& c) {
+  cmd.add_flag("--enable-lora", c.enable_lora,
+               "Serve LoRA adapters over the base model (docs/lora.md)");
+  cmd.add_option("--max-loras", c.max_loras, "LoRA adapters one step may run (device slots)")
+      ->capture_default_str();
+  cmd.add_option("--max-lora-rank", c.max_lora_rank, "Largest LoRA rank accepted")
+      ->capture_default_str();
+  cmd.add_option("--max-cpu-loras", c.max_cpu_loras,
+                 "LoRA adapters kept in host memory, least recently used dropped (0: all)");
+}
+
 }  // namespace halo::tools

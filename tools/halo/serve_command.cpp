@@ -17,8 +17,11 @@
 // thread with sigwait, which then stops: /health 503 for --shutdown-delay,
 // then stop accepting, let in-flight requests finish until
 // --shutdown-timeout, abort the rest, exit 0.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -31,17 +34,14 @@
 #include <set>
 #include <thread>
 
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
 #include "commands.h"
 #include "common/error.h"
 #include "config_file.h"
+#include "grpc/grpc_frontend.h"
 #include "model_source.h"
 #include "serve/http_server.h"
 #include "serve/kserve_frontend.h"
 #include "serve/kv_event_publisher.h"
-#include "grpc/grpc_frontend.h"
 #include "serve/model_loading.h"
 #include "serve/model_repository.h"
 #include "serve/openai_server.h"
@@ -76,6 +76,8 @@ struct ServeOptions {
   std::string reasoning_parser;
   std::string task = "generate";
   std::string pooler_config;
+  std::vector<std::string> lora_modules;  // name=path
+  bool allow_runtime_lora_updating = false;
   std::string api_key;
   std::string dtype = "auto";
   std::string tensor_parallel_size = "1";
@@ -154,6 +156,11 @@ SettingLayer cli_layer(const CLI::App& cmd, const ServeOptions& o) {
       {"reasoning-parser", o.reasoning_parser},
       {"task", o.task},
       {"pooler-config", o.pooler_config},
+      {"enable-lora", b(e.enable_lora)},
+      {"max-loras", std::to_string(e.max_loras)},
+      {"max-lora-rank", std::to_string(e.max_lora_rank)},
+      {"max-cpu-loras", std::to_string(e.max_cpu_loras)},
+      {"lora-modules", fmt::format("{}", fmt::join(o.lora_modules, " "))},
   };
   SettingLayer layer;
   for (const auto& [key, value] : values)
@@ -457,7 +464,13 @@ void run_serve(const CLI::App& cmd, const ServeOptions& in) {
   // frontends are codecs over one serving core.
   auto core = std::make_unique<serve::ServingCore>(core_cfg);
   auto ctx = std::make_unique<serve::FrontendContext>(*core, api_key);
-  auto api = std::make_unique<serve::OpenAIServer>(*ctx, serve::ApiConfig{HALO_VERSION});
+  serve::ApiConfig api_cfg{HALO_VERSION};
+  api_cfg.allow_runtime_lora_updating = o.allow_runtime_lora_updating;
+  if (const char* v = std::getenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING"))
+    api_cfg.allow_runtime_lora_updating |= std::string_view(v) == "1" ||
+                                           std::string_view(v) == "true" ||
+                                           std::string_view(v) == "True";
+  auto api = std::make_unique<serve::OpenAIServer>(*ctx, api_cfg);
   auto kserve = std::make_unique<serve::KServeFrontend>(*ctx, HALO_VERSION);
   auto sagemaker = std::make_unique<serve::SageMakerFrontend>(*ctx);
   auto ui = o.no_ui ? nullptr : std::make_unique<serve::WebUi>(o.ui_dir);
@@ -527,6 +540,13 @@ void add_model_behaviour_options(CLI::App* cmd, ServeOptions& o) {
       "--pooler-config,--override-pooler-config", o.pooler_config,
       "With --task embed: vLLM's JSON, e.g. '{\"pooling_type\": \"MEAN\", \"normalize\": true}' "
       "(default: the model's sentence-transformers files, else LAST, normalised)");
+  add_lora_options(*cmd, o.engine);
+  cmd->add_option("--lora-modules", o.lora_modules,
+                  "LoRA adapters as name=path (a PEFT directory or a Hugging Face id); a request "
+                  "selects one by naming it as its model");
+  cmd->add_flag("--allow-runtime-lora-updating", o.allow_runtime_lora_updating,
+                "Allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter (behind --api-key; "
+                "also VLLM_ALLOW_RUNTIME_LORA_UPDATING=true)");
 }
 
 }  // namespace

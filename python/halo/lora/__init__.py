@@ -1,0 +1,1 @@
+"""LoRA adapters, as vllm.lora."""
