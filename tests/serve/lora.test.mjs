@@ -25,6 +25,7 @@ const AUTH = { Authorization: `Bearer ${KEY}` };
 let tmp;
 let server;  // --enable-lora, three adapters at start, runtime updates on, API key
 let plain;   // no LoRA at all
+let cached;  // --enable-prefix-caching with two adapters
 const dirs = {};
 
 function python(args) {
@@ -69,16 +70,19 @@ before(async () => {
     makeLora('dora', ['--break', 'dora', '--seed', '9']),
     makeLora('other_base', ['--rank', '4', '--seed', '10'], path.join(REPO, 'models', 'pkgchat-5m-draft')),
   ]);
-  [server, plain] = await Promise.all([
+  const started = await Promise.all([
     startServer(['--enable-lora', '--max-loras', '2', '--max-lora-rank', '16', '--lora-modules',
       `sql=${dirs.sql}`, `chat=${dirs.chat}`, `mixed=${dirs.mixed}`, '--allow-runtime-lora-updating',
       '--api-key', KEY]),
     startServer([]),
-  ]);
+    startServer(['--enable-lora', '--max-loras', '2', '--lora-modules', `sql=${dirs.sql}`, `chat=${dirs.chat}`,
+      '--enable-prefix-caching', '--block-size', '4']),
+  ]).then((s) => s);
+  [server, plain, cached] = started;
 });
 
 after(async () => {
-  for (const s of [server, plain]) {
+  for (const s of [server, plain, cached]) {
     if (!s) continue;
     const { code } = await s.stop();
     assert.equal(code, 0, s.stderr);
@@ -122,6 +126,17 @@ test('a batch of the base and three adapters gives each request what it gets alo
     const together = await Promise.all([...models, ...models].map(ask));
     assert.deepEqual(together, [...alone, ...alone]);
   }
+});
+
+test('the prefix cache keeps each adapter\'s KV apart from the base\'s and the others\'', async () => {
+  const prompt = 'A long shared prefix that fills several KV blocks of four tokens each, then';
+  const ask = (srv, model, key) => client(srv, { apiKey: key }).completions
+    .create({ model, prompt, max_tokens: 8, temperature: 0 }).then((r) => r.choices[0].text);
+  const alone = {};
+  for (const m of ['pkgchat-5m', 'sql', 'chat']) alone[m] = await ask(server, m, KEY);
+  // Base first, so its blocks are cached; then each adapter on the same prompt, twice.
+  for (const m of ['pkgchat-5m', 'sql', 'chat', 'sql', 'pkgchat-5m', 'chat'])
+    assert.equal(await ask(cached, m, 'none'), alone[m], m);
 });
 
 test('/v1/models lists the adapters with their parent', async () => {
