@@ -9,6 +9,8 @@
 //  - adapters loaded and unloaded at run time (vLLM's routes, behind the API
 //    key) while 32 streams run: no stream is lost, one running on an unloaded
 //    adapter finishes on it;
+//  - KServe v2 (the route or lora_task_id) and SageMaker (the adapter header
+//    or LMI's adapters field) select the same adapter as OpenAI's model;
 //  - bad adapters get a 400 naming the problem and the server keeps serving.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -194,6 +196,45 @@ test('load and unload at run time under 32 streams lose no request', async () =>
   assert.equal(r.status, 200, r.text);
   const again = await c.completions.create({ model: 'chat', prompt: 'x', max_tokens: 2, temperature: 0 });
   assert.equal(again.model, 'chat');
+});
+
+test('KServe v2 (route, lora_task_id) and SageMaker (header, adapters field) pick the same adapter', async () => {
+  const prompt = 'Deploy the package with';
+  const c = client(server, { apiKey: KEY });
+  const openai = (await c.completions.create({ model: 'sql', prompt, max_tokens: 8, temperature: 0 })).choices[0].text;
+  const base = (await c.completions.create({ model: 'pkgchat-5m', prompt, max_tokens: 8, temperature: 0 })).choices[0].text;
+  assert.notEqual(openai, base);
+  const params = { max_tokens: 8, temperature: 0, exclude_input_in_output: true };
+  let r = await postJson(`${server.url}/v2/models/sql/generate`, { text_input: prompt, parameters: params }, AUTH);
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.text_output, openai);
+  const id = (await c.models.retrieve('sql')).lora_int_id;
+  assert.ok(Number.isInteger(id) && id > 0, `lora_int_id ${id}`);
+  r = await postJson(`${server.url}/v2/models/pkgchat-5m/generate`,
+    { text_input: prompt, parameters: { ...params, lora_task_id: id } }, AUTH);
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.text_output, openai);
+  r = await postJson(`${server.url}/v2/models/pkgchat-5m/generate`,
+    { text_input: prompt, parameters: { ...params, lora_task_id: 999 } }, AUTH);
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.text, /lora_task_id/);
+  r = await postJson(`${server.url}/v2/models/pkgchat-5m/generate`,
+    { text_input: prompt, parameters: { ...params, lora_weights: [[1, 2]] } }, AUTH);
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.text, /load_lora_adapter/);
+
+  const lmi = { inputs: prompt, parameters: { max_new_tokens: 8 } };
+  r = await postJson(`${server.url}/invocations`, { ...lmi, adapters: 'sql' }, AUTH);
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.generated_text, openai);
+  r = await postJson(`${server.url}/invocations`, lmi, { ...AUTH, 'X-Amzn-SageMaker-Adapter-Identifier': 'sql' });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.generated_text, openai);
+  r = await postJson(`${server.url}/invocations`, lmi, AUTH);
+  assert.equal(r.json.generated_text, base);
+  r = await postJson(`${server.url}/invocations`, { ...lmi, adapters: 'nope' }, AUTH);
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.text, /nope/);
 });
 
 test('bad adapters get a 400 naming the problem, and the server keeps serving', async () => {
