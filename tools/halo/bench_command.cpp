@@ -1,23 +1,29 @@
 // `halo bench throughput`: offline throughput of the engine on a workload of N
 // prompts, run once with everything submitted at once (continuous batching)
 // and once one request at a time, so the gain of batching is a ratio measured
-// in the same run on the same machine.
+// in the same run on the same machine. With --num-lora-adapters the engine
+// has LoRA enabled and the batched run is measured again with every request
+// on one of N random adapters, against the base-only batched run.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
-
-#include "serve/tokenizer_files.h"
 #include "commands.h"
-#include "model_source.h"
 #include "common/error.h"
 #include "device/plugin.h"
+#include "engine/lora.h"
+#include "model/lora_adapter.h"
+#include "model/weight_map.h"
+#include "model_source.h"
+#include "serve/tokenizer_files.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace halo::tools {
@@ -38,6 +44,8 @@ struct BenchOptions {
   int num_speculative_tokens = 4;
   std::string task = "generate";  // embed: every request is a pooling request
   std::string pooling_type = "LAST";
+  int num_lora_adapters = 0;  // > 0: a second batched run, request i on adapter i % N
+  int lora_rank = 16;
   engine::EngineConfig engine;
   ModelSource source;
 };
@@ -130,9 +138,12 @@ std::vector<WorkItem> random_workload(const BenchOptions& o, int vocab) {
   return items;
 }
 
-// Runs items[begin, end) submitted together and drains the engine.
+using LoraList = std::vector<std::shared_ptr<const engine::LoraRequest>>;
+
+// Runs items[begin, end) submitted together and drains the engine; with
+// `loras`, item i runs on loras[i % loras.size()].
 void run_batch(engine::LLMEngine& eng, const std::vector<WorkItem>& items, size_t begin, size_t end,
-               RunResult& r, uint64_t& next_id) {
+               RunResult& r, uint64_t& next_id, const LoraList& loras = {}) {
   const uint64_t first_id = next_id;
   r.outputs.resize(items.size());
   const auto st0 = eng.stats();
@@ -145,6 +156,7 @@ void run_batch(engine::LLMEngine& eng, const std::vector<WorkItem>& items, size_
       p.pooling = items[i].pooling;
       p.max_tokens = 1;
     }
+    if (!loras.empty()) p.lora = loras[i % loras.size()];
     eng.add_request(std::to_string(next_id++), items[i].prompt, p);
     r.input_tokens += items[i].prompt.size();
   }
@@ -273,7 +285,83 @@ void run_speculative(const BenchOptions& o, std::shared_ptr<model::LoadedModel> 
              same, items.size());
 }
 
+// N random adapters over every projection of every layer, rank R, scale 1,
+// from a fixed seed: A normal with std 1/sqrt(in), B with std 0.1/sqrt(R), so
+// the delta is about a tenth of the projection's input in size whatever the
+// shape (about 0.02 each on a 2048-wide model at rank 16): small, yet enough
+// to change greedy outputs of a small trained model.
+LoraList random_adapters(const model::ModelConfig& config, int n, int rank, uint64_t seed) {
+  LoraList out;
+  for (int k = 0; k < n; ++k) {
+    auto ad = std::make_shared<model::LoraAdapter>();
+    ad->dir = fmt::format("bench-lora-{}", k);
+    ad->config.r = rank;
+    ad->config.lora_alpha = rank;
+    ad->config.target_modules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                 "gate_proj", "up_proj", "down_proj"};
+    std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(k) + 1);
+    for (const auto& ws : model::expected_weights(config)) {
+      // The layers' projections (not lm_head: adapters never target it).
+      if (ws.canonical.rfind("layers.", 0) != 0 || !model::is_projection_weight(ws.canonical))
+        continue;
+      model::LoraWeight w;
+      w.canonical = ws.canonical;
+      w.rank = rank;
+      w.scale = 1.0f;
+      w.out = ws.shape[0];
+      w.in = ws.shape[1];
+      w.a.resize(static_cast<size_t>(rank * w.in));
+      w.b.resize(static_cast<size_t>(w.out * rank));
+      std::normal_distribution<float> a_value(0.0f,
+                                              static_cast<float>(1.0 / std::sqrt(double(w.in))));
+      std::normal_distribution<float> b_value(0.0f,
+                                              static_cast<float>(0.1 / std::sqrt(double(rank))));
+      for (auto& v : w.a) v = a_value(rng);
+      for (auto& v : w.b) v = b_value(rng);
+      ad->weights.push_back(std::move(w));
+    }
+    auto req = std::make_shared<engine::LoraRequest>();
+    req->name = ad->dir.string();
+    req->id = k + 1;
+    req->cache_name = req->name;
+    req->adapter = std::move(ad);
+    out.push_back(std::move(req));
+  }
+  return out;
+}
+
+// The same items on the same engine with request i on adapter i % N: LoRA's
+// throughput against the base-only batched run, and whether the adapters
+// changed any output (they must have run).
+template <class Timed>
+void run_lora(const BenchOptions& o, const model::ModelConfig& config, engine::LLMEngine& eng,
+              const std::vector<WorkItem>& items, const RunResult& base, uint64_t& next_id,
+              Timed&& timed, nlohmann::ordered_json& out) {
+  const LoraList loras = random_adapters(config, o.num_lora_adapters, o.lora_rank, o.workload_seed);
+  RunResult lr =
+      timed([&](RunResult& r) { run_batch(eng, items, 0, items.size(), r, next_id, loras); });
+  out["lora"] = report("LoRA adapters", lr, items.size());
+  out["lora"]["num_adapters"] = o.num_lora_adapters;
+  out["lora"]["rank"] = o.lora_rank;
+  print_report(out["lora"]);
+  size_t same = 0;
+  for (size_t i = 0; i < items.size(); ++i) same += lr.outputs[i] == base.outputs[i];
+  out["lora"]["outputs_equal_to_base"] = same;
+  out["lora"]["outputs_differ_from_base"] = same < items.size();
+  const double ratio = out["lora"]["output_tokens_per_s"].get<double>() /
+                       out["batched"]["output_tokens_per_s"].get<double>();
+  out["lora_vs_base_output_tokens_per_s"] = ratio;
+  fmt::print(
+      "LoRA ({} adapters, rank {}) vs base only (output tokens/s): {:.2f}x; {} of {} outputs equal "
+      "to base\n",
+      o.num_lora_adapters, o.lora_rank, ratio, same, items.size());
+}
+
 void run_throughput(const BenchOptions& o) {
+  const bool lora_mode = o.num_lora_adapters > 0;
+  if (lora_mode && o.task == "embed") throw Error("--num-lora-adapters: not with --task embed");
+  if (lora_mode && (o.spec_replay >= 0 || !o.engine.speculative_config.empty()))
+    throw Error("--num-lora-adapters: not with speculative decoding");
   const fs::path dir = resolve_model_dir(o.model_dir, o.source);
   auto model = std::make_shared<model::LoadedModel>(
       model::LoadedModel::load(dir, engine::load_options(o.engine)));
@@ -293,6 +381,11 @@ void run_throughput(const BenchOptions& o) {
   const bool spec_mode = o.spec_replay >= 0 || !o.engine.speculative_config.empty();
   engine::EngineConfig plain_cfg = o.engine;
   plain_cfg.speculative_config.clear();
+  if (lora_mode) {  // one engine for the base-only and the LoRA runs
+    plain_cfg.enable_lora = true;
+    plain_cfg.max_loras = o.num_lora_adapters;
+    plain_cfg.max_lora_rank = o.lora_rank;
+  }
   engine::LLMEngine eng(plain_cfg, model);
   for (auto& w : items) {  // keep every request inside the context
     int room = eng.max_model_len() - 1;
@@ -343,8 +436,9 @@ void run_throughput(const BenchOptions& o) {
   print_report(out["batched"]);
 
   if (spec_mode) run_speculative(o, model, items, batched, next_id, timed, out);
+  if (lora_mode) run_lora(o, model->config(), eng, items, batched, next_id, timed, out);
   size_t nb = o.baseline_prompts < 0 ? items.size() : std::min<size_t>(o.baseline_prompts, items.size());
-  if (spec_mode) nb = 0;  // the baseline is plain decoding above
+  if (spec_mode || lora_mode) nb = 0;  // the baseline is the plain (base-only) batched run above
   if (nb > 0) {
     RunResult serial = timed([&](RunResult& r) {
       for (size_t i = 0; i < nb; ++i) run_batch(eng, items, i, i + 1, r, next_id);
@@ -397,6 +491,16 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--num-speculative-tokens", o->num_speculative_tokens, "Proposals per verify for --spec-replay")
       ->check(CLI::Range(1, 16))->capture_default_str();
+  cmd->add_option(
+         "--num-lora-adapters", o->num_lora_adapters,
+         "LoRA against base only: N random adapters (every projection), the batched run again with "
+         "request i on adapter i % N, on the same engine (--enable-lora, --max-loras N); 0: off")
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str();
+  cmd->add_option("--lora-rank", o->lora_rank,
+                  "Rank of the --num-lora-adapters adapters (--max-lora-rank)")
+      ->check(CLI::Range(1, 512))
+      ->capture_default_str();
   add_engine_options(*cmd, o->engine);
   add_model_source_options(*cmd, o->source);
   cmd->callback([o] { run_throughput(*o); });
