@@ -357,6 +357,32 @@ void run_lora(const BenchOptions& o, const model::ModelConfig& config, engine::L
       o.num_lora_adapters, o.lora_rank, ratio, same, items.size());
 }
 
+// The requests: a dataset's, or random ones; pooled for --task embed.
+std::vector<WorkItem> throughput_items(const BenchOptions& o, const fs::path& dir, int vocab_size) {
+  std::vector<WorkItem> items;
+  if (!o.dataset.empty()) {
+    items = load_dataset(o.dataset, serve::load_tokenizer(resolve_tokenizer_dir(dir, o.source)), o);
+  } else {
+    items = random_workload(o, vocab_size);
+  }
+  if (o.task == "embed") {
+    engine::PoolingParams pool;
+    pool.type = engine::parse_pooling_type(o.pooling_type);
+    for (auto& w : items) w.pooling = pool;
+  }
+  return items;
+}
+
+uint64_t parameter_count(const model::LoadedModel& model) {
+  uint64_t params = 0;
+  for (const auto& w : model.weights()) {
+    uint64_t n = 1;
+    for (int d = 0; d < w.tensor->ndim; ++d) n *= w.tensor->shape[d];
+    params += n;
+  }
+  return params;
+}
+
 void run_throughput(const BenchOptions& o) {
   const bool lora_mode = o.num_lora_adapters > 0;
   if (lora_mode && o.task == "embed") throw Error("--num-lora-adapters: not with --task embed");
@@ -365,18 +391,7 @@ void run_throughput(const BenchOptions& o) {
   const fs::path dir = resolve_model_dir(o.model_dir, o.source);
   auto model = std::make_shared<model::LoadedModel>(
       model::LoadedModel::load(dir, engine::load_options(o.engine)));
-  const auto& spec = model->config().spec;
-  std::vector<WorkItem> items;
-  if (!o.dataset.empty()) {
-    items = load_dataset(o.dataset, serve::load_tokenizer(resolve_tokenizer_dir(dir, o.source)), o);
-  } else {
-    items = random_workload(o, spec.vocab_size);
-  }
-  if (o.task == "embed") {
-    engine::PoolingParams pool;
-    pool.type = engine::parse_pooling_type(o.pooling_type);
-    for (auto& w : items) w.pooling = pool;
-  }
+  std::vector<WorkItem> items = throughput_items(o, dir, model->config().spec.vocab_size);
   // Speculative decoding is measured against plain decoding of the same items.
   const bool spec_mode = o.spec_replay >= 0 || !o.engine.speculative_config.empty();
   engine::EngineConfig plain_cfg = o.engine;
@@ -392,12 +407,7 @@ void run_throughput(const BenchOptions& o) {
     if (static_cast<int>(w.prompt.size()) > room - 1) w.prompt.resize(room - 1);
     w.output_len = std::max(1, std::min<int>(w.output_len, room - static_cast<int>(w.prompt.size())));
   }
-  uint64_t params = 0;
-  for (const auto& w : model->weights()) {
-    uint64_t n = 1;
-    for (int d = 0; d < w.tensor->ndim; ++d) n *= w.tensor->shape[d];
-    params += n;
-  }
+  const uint64_t params = parameter_count(*model);
   spdlog::info("bench throughput: {} requests on {} ({:.1f}M parameters), device {}", items.size(),
                dir.filename().string(), params / 1e6, o.engine.device);
 
