@@ -89,3 +89,11 @@ def test_bad_adapter_is_refused_naming_it(lora_llm, repo_root, model_dir, tmp_pa
                           use_tqdm=False)
     assert "max-lora-rank" in str(info.value)
     assert lora_llm.generate("hello", SamplingParams(max_tokens=2), use_tqdm=False)[0].outputs[0].text is not None
+
+
+def test_rbln_refuses_lora_naming_why(model_dir):
+    # Fixed graphs compiled ahead of time have no adapter inputs (ABI v1.6: no HALO_CAP_LORA).
+    with pytest.raises(Exception) as info:
+        LLM(model_dir, device="rbln", enable_lora=True)
+    message = str(info.value)
+    assert "rbln" in message and "HALO_CAP_LORA" in message and "halo compile" in message, message
