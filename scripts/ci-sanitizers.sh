@@ -98,6 +98,12 @@ run_asan() {
   # compares throughput) and the browser tests (Chromium is not instrumented;
   # the page's files are checked by web_ui_test, its requests by the serve tests).
   ((quick)) && exclude+='|serve_(load|grpc_load|hostile|replicas)$|ui_web_ui$'
+  # --quick: the slowest script-driven tests under ASan (rbln_cli, 110 s: halo
+  # compile and run on the simulator, whose code rbln_runtime_test and the
+  # rbln conformance run cover; deploy_manifests, 46 s: container and Helm
+  # files; JinjaLimits' huge-loop stress, 58 s, whose paths the other Jinja
+  # tests take). They run unsanitized in the README's suite.
+  ((quick)) && exclude+='|rbln_cli$|deploy_manifests$|JinjaLimits\.HugeLoopsAndOutputsFailFast$'
   exclude+=')'
   ( asan_env; ctest --test-dir "$b" -j "$jobs" --output-on-failure --timeout 1200 -E "$exclude" ) || ok=0
   ( asan_env; export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
