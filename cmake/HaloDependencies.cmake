@@ -1,6 +1,9 @@
 # Every third-party dependency comes from a Debian 12 package
 # (scripts/install-deps.sh installs them).
 find_package(PkgConfig REQUIRED)
+# -pthread (not only -lpthread) for every user of Threads::Threads: one set of
+# predefined macros (_REENTRANT) across targets, which the precompiled headers need.
+set(THREADS_PREFER_PTHREAD_FLAG ON)
 find_package(Threads REQUIRED)
 find_package(dlpack CONFIG REQUIRED)
 find_package(nlohmann_json 3.10 CONFIG REQUIRED)

@@ -18,6 +18,7 @@ function(halo_add_gtest name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  halo_use_pch(${name} TEST)
   target_compile_definitions(${name} PRIVATE
     HALO_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     HALO_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")

@@ -36,7 +36,7 @@ namespace k = halo::cuda::k;
 using hc::emu::Step;
 using hc::emu::StepSeq;
 
-constexpr int kBs = 16;
+constexpr int kLoraBs = 16;
 constexpr int K = 72;      // the projections' input (not a multiple of 32 lanes)
 constexpr int kSlots = 4;  // max_loras
 constexpr int kMaxRank = 17;
@@ -146,7 +146,7 @@ std::vector<T> make_x(int rows, uint32_t seed, std::vector<double>& xd) {
 }
 
 // Sequences with query lengths q (cached 5, block table 0..3).
-std::vector<StepSeq> seqs_with(const std::vector<int>& q) {
+std::vector<StepSeq> lora_seqs_with(const std::vector<int>& q) {
   std::vector<StepSeq> out;
   for (size_t s = 0; s < q.size(); ++s) {
     StepSeq x;
@@ -166,7 +166,7 @@ const std::vector<int32_t> kSlotOf{-1, 0, 2, 3, -1, 0, 2, 1, 3};
 template <class T, class W>
 void check_mixed_step(uint32_t seed, double tol) {
   const Adapters<W> ad(seed);
-  Step st(seqs_with(kQ), kBs, 4);
+  Step st(lora_seqs_with(kQ), kLoraBs, 4);
   st.a.lora_slots = kSlotOf.data();
   const int rows = st.a.num_tokens;
   std::vector<double> xd;
@@ -219,7 +219,7 @@ TEST(CudaLoraEmulated, MixedSlotsBf16MatchReference) {
 template <class T, class W>
 void check_batch_invariance(uint32_t seed) {
   const Adapters<W> ad(seed);
-  Step st(seqs_with(kQ), kBs, 4);
+  Step st(lora_seqs_with(kQ), kLoraBs, 4);
   st.a.lora_slots = kSlotOf.data();
   const int rows = st.a.num_tokens;
   std::vector<double> xd;
@@ -230,7 +230,7 @@ void check_batch_invariance(uint32_t seed) {
                  mixed, seed + 3);
   for (size_t s = 0; s < kQ.size(); ++s) {
     SCOPED_TRACE(testing::Message() << "sequence " << s << " slot " << kSlotOf[s]);
-    Step one(seqs_with({kQ[s]}), kBs, 4);
+    Step one(lora_seqs_with({kQ[s]}), kLoraBs, 4);
     one.a.lora_slots = &kSlotOf[s];
     const int b = st.qs[s], n = kQ[s];
     std::vector<T> xs(x.begin() + b * K, x.begin() + (b + n) * K);
@@ -248,7 +248,7 @@ void check_batch_invariance(uint32_t seed) {
   ASSERT_EQ(g.q, 12);
   const hc::Layout y = hc::graph_layout(g, 4, kSlots, k::kLoraTileRows);
   std::vector<char> h(y.bytes);
-  hc::pack_graph_inputs(&st.a, kBs, g, y, h.data(), ad.filled, kSlots, k::kLoraTileRows);
+  hc::pack_graph_inputs(&st.a, kLoraBs, g, y, h.data(), ad.filled, kSlots, k::kLoraTileRows);
   const TileView tv = view(y, h.data());
   ASSERT_GT(tv.n, static_cast<int>(
                       hc::eager_lora(&st.a, ad.filled, kSlots, k::kLoraTileRows).slot.size()));
@@ -280,7 +280,7 @@ TEST(CudaLoraEmulated, BatchInvariantBf16) { check_batch_invariance<k::bf16, k::
 // slot), tiles of at most kLoraTileRows rows of one slot; base sequences,
 // empty slots, a NULL array and a caller older than v1.6 give no tiles.
 TEST(CudaLoraPlan, GroupsRowsBySlot) {
-  Step st(seqs_with({2, 1, 10, 1, 3}), kBs, 4);
+  Step st(lora_seqs_with({2, 1, 10, 1, 3}), kLoraBs, 4);
   const std::vector<int32_t> slots{2, -1, 0, 1, 2};
   const uint8_t filled[3] = {1, 0, 1};
   st.a.lora_slots = slots.data();

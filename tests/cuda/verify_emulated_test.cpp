@@ -44,13 +44,13 @@ using hc::emu::StepSeq;
 
 // ------------------------------------------------------------- attention
 
-struct AttnCase {
+struct VerifyAttnCase {
   int heads, kv_heads, D, bs;
 };
-const AttnCase kAttnCases[] = {{4, 4, 64, 16}, {4, 2, 64, 32}, {8, 2, 128, 16}, {8, 1, 64, 16}};
+const VerifyAttnCase kVerifyAttnCases[] = {{4, 4, 64, 16}, {4, 2, 64, 32}, {8, 2, 128, 16}, {8, 1, 64, 16}};
 constexpr int kPart = 64;  // decode partitions of 64 positions: long contexts split
 
-k::AttnShape attn_shape(const AttnCase& c) {
+k::AttnShape attn_shape(const VerifyAttnCase& c) {
   k::AttnShape sh;
   sh.heads = c.heads, sh.kv_heads = c.kv_heads, sh.head_dim = c.D, sh.block_size = c.bs;
   sh.scale = 1.0f / std::sqrt(float(c.D));
@@ -59,7 +59,7 @@ k::AttnShape attn_shape(const AttnCase& c) {
 
 // DecodeAttnKernel (+ the partition reduction) over `items` items, as
 // model.cpp launches it.
-void decode_attention(const AttnCase& c, const PagedFixture& f, const float* q, int q_stride,
+void decode_attention(const VerifyAttnCase& c, const PagedFixture& f, const float* q, int q_stride,
                       const int32_t* it_tok, const int32_t* it_ctx, const int32_t* it_row,
                       const int32_t* bt, int bt_stride, int items, int max_parts, float* out) {
   const k::AttnShape sh = attn_shape(c);
@@ -79,7 +79,7 @@ void decode_attention(const AttnCase& c, const PagedFixture& f, const float* q, 
 // The eager path of the same step (step_plan.h's packing): verifies as
 // PrefillAttnKernel tiles, plain decodes as decode items. q and out are in
 // the caller's flat rows.
-void eager_attention(const AttnCase& c, const PagedFixture& f, const halo_execute_args* a,
+void eager_attention(const VerifyAttnCase& c, const PagedFixture& f, const halo_execute_args* a,
                      const float* q, int q_stride, int max_parts, float* out) {
   const int G = c.heads / c.kv_heads, q_tile = std::max(1, 32 / G), kv_tile = 16;
   const hc::StepItems w = hc::collect_items(a, q_tile);
@@ -115,7 +115,7 @@ TEST(CudaVerifyEmulated, VerifyRowsAttendExactlyAsSuccessiveDecodeSteps) {
   // Cached contexts: a single token, around the block boundaries (16, 32) and
   // the partition boundaries (64, 128), and a long one (several partitions).
   const std::vector<int> cached{1, 12, 15, 16, 17, 30, 62, 63, 127, 200};
-  for (const AttnCase& c : kAttnCases) {
+  for (const VerifyAttnCase& c : kVerifyAttnCases) {
     for (int K : {1, 3, 4}) {
       SCOPED_TRACE(testing::Message() << "heads=" << c.heads << " kv=" << c.kv_heads << " D=" << c.D
                                       << " bs=" << c.bs << " K=" << K);

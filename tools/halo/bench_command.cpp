@@ -16,6 +16,7 @@
 #include <optional>
 #include <random>
 
+#include "bench_stats.h"
 #include "commands.h"
 #include "common/error.h"
 #include "device/plugin.h"
@@ -68,13 +69,6 @@ struct RunResult {
   uint64_t embeddings = 0;
   std::vector<std::vector<int32_t>> outputs;  // per item
 };
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(std::min<double>(v.size() - 1, p / 100.0 * (v.size() - 1) + 0.5));
-  return v[i];
-}
 
 // Dataset: JSON lines ({"prompt": text | "prompt_token_ids": [...], "output_len": N})
 // or a ShareGPT-style JSON list (first human turn = prompt, the reply's length = output).

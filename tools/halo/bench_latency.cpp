@@ -30,6 +30,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "bench_stats.h"
 #include "commands.h"
 #include "common/error.h"
 #include "device/plugin.h"
@@ -429,13 +430,6 @@ Costs model_costs(const BenchModel& bm) {
 }
 
 // ------------------------------------------------------------------ a step
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(std::min<double>(v.size() - 1, p / 100.0 * (v.size() - 1) + 0.5));
-  return v[i];
-}
 
 // What one sequence computes in one step.
 struct Piece {

@@ -13,7 +13,7 @@ namespace halo::text::guided {
 
 namespace {
 
-constexpr int kMaxRepeat = 1000;
+constexpr int kMaxGrammarRepeat = 1000;
 constexpr int kMaxNesting = 200;
 constexpr size_t kMaxElems = 1'000'000;
 
@@ -388,7 +388,7 @@ class GrammarBuilder {
     if (eof() || peek() != '}' || (min < 0 && max < 0))
       fail_line(at, "bad repetition: expected {m}, {m,}, {m,n} or {,n}");
     ++pos_;
-    if (min > kMaxRepeat || max > kMaxRepeat) fail_line(at, "repetition count above 1000");
+    if (min > kMaxGrammarRepeat || max > kMaxGrammarRepeat) fail_line(at, "repetition count above 1000");
     if (max >= 0 && max < min) fail_line(at, "repetition {m,n} with n < m");
     std::vector<Grammar::Elem> seq(static_cast<size_t>(min), u);
     if (max < 0) {

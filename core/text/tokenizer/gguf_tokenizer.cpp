@@ -50,14 +50,14 @@ const json* find(const json& md, const char* key) {
   return it == md.end() || it->is_null() ? nullptr : &*it;
 }
 
-std::string get_string(const json& md, const char* key) {
+std::string md_string(const json& md, const char* key) {
   const json* v = find(md, key);
   if (!v) throw Error(fmt::format("{}: '{}' is missing", kWhat, key));
   if (!v->is_string()) throw Error(fmt::format("{}: '{}' is not a string", kWhat, key));
   return v->get<std::string>();
 }
 
-std::optional<bool> get_bool(const json& md, const char* key) {
+std::optional<bool> md_bool(const json& md, const char* key) {
   const json* v = find(md, key);
   if (!v) return std::nullopt;
   if (!v->is_boolean()) throw Error(fmt::format("{}: '{}' is not a boolean", kWhat, key));
@@ -83,13 +83,13 @@ const json& get_array(const json& md, const char* key) {
   return *v;
 }
 
-struct Vocab {
+struct GgufVocab {
   std::vector<std::string> tokens;
   std::vector<int> types;
 };
 
-Vocab read_vocab(const json& md) {
-  Vocab v;
+GgufVocab read_vocab(const json& md) {
+  GgufVocab v;
   const json& toks = get_array(md, "tokenizer.ggml.tokens");
   if (toks.empty()) throw Error(fmt::format("{}: 'tokenizer.ggml.tokens' is empty", kWhat));
   v.tokens.reserve(toks.size());
@@ -119,7 +119,7 @@ bool is_added(int type) { return type == kUnknown || type == kControl || type ==
 
 // model.vocab (every token but the unused ones; the first id wins for a
 // repeated string) and added_tokens.
-void add_vocab(const Vocab& v, json& tj) {
+void add_vocab(const GgufVocab& v, json& tj) {
   json vocab = json::object();
   json added = json::array();
   for (std::size_t i = 0; i < v.tokens.size(); ++i) {
@@ -143,7 +143,7 @@ void add_vocab(const Vocab& v, json& tj) {
 // SentencePiece scores -> BPE merges: every split of a token into two tokens,
 // ranked by the token's score (higher first; equal scores in id order), the
 // splits of one token ordered by the ids of their left and then right parts.
-json merges_from_scores(const Vocab& v, const std::vector<double>& scores) {
+json merges_from_scores(const GgufVocab& v, const std::vector<double>& scores) {
   std::unordered_map<std::string_view, int32_t> ids;
   for (std::size_t i = 0; i < v.tokens.size(); ++i) {
     if (v.types[i] == kUnused) continue;
@@ -174,7 +174,7 @@ json merges_from_scores(const Vocab& v, const std::vector<double>& scores) {
   return merges;
 }
 
-json llama_spm(const json& md, const Vocab& v, json tj) {
+json llama_spm(const json& md, const GgufVocab& v, json tj) {
   const json& sc = get_array(md, "tokenizer.ggml.scores");
   if (sc.size() != v.tokens.size())
     throw Error(
@@ -186,7 +186,7 @@ json llama_spm(const json& md, const Vocab& v, json tj) {
       throw Error(fmt::format("{}: 'tokenizer.ggml.scores' entry {} is not a number", kWhat, i));
     scores[i] = sc[i].get<double>();
   }
-  const bool add_space = get_bool(md, "tokenizer.ggml.add_space_prefix").value_or(true);
+  const bool add_space = md_bool(md, "tokenizer.ggml.add_space_prefix").value_or(true);
   json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}};
   if (add_space) {
     tj["normalizer"] = {
@@ -219,7 +219,7 @@ json llama_spm(const json& md, const Vocab& v, json tj) {
 }
 
 json gpt2_bpe(const json& md, json tj) {
-  const std::string pre = get_string(md, "tokenizer.ggml.pre");
+  const std::string pre = md_string(md, "tokenizer.ggml.pre");
   const auto& pres = known_pres();
   const auto it =
       std::find_if(pres.begin(), pres.end(), [&](const auto& p) { return p.first == pre; });
@@ -268,7 +268,7 @@ struct Specials {
   bool add_bos = false, add_eos = false;
 };
 
-Specials specials(const json& md, const Vocab& v, const std::string& model) {
+Specials specials(const json& md, const GgufVocab& v, const std::string& model) {
   Specials s;
   s.bos = get_id(md, "tokenizer.ggml.bos_token_id", v.tokens.size());
   s.eos = get_id(md, "tokenizer.ggml.eos_token_id", v.tokens.size());
@@ -276,8 +276,8 @@ Specials specials(const json& md, const Vocab& v, const std::string& model) {
   const bool default_bos =
       model == "llama" || (find(md, "tokenizer.ggml.pre") && md["tokenizer.ggml.pre"].is_string() &&
                            md["tokenizer.ggml.pre"].get<std::string>().starts_with("llama"));
-  s.add_bos = get_bool(md, "tokenizer.ggml.add_bos_token").value_or(default_bos);
-  s.add_eos = get_bool(md, "tokenizer.ggml.add_eos_token").value_or(false);
+  s.add_bos = md_bool(md, "tokenizer.ggml.add_bos_token").value_or(default_bos);
+  s.add_eos = md_bool(md, "tokenizer.ggml.add_eos_token").value_or(false);
   if (s.add_bos && !s.bos)
     throw Error(fmt::format(
         "{}: 'tokenizer.ggml.add_bos_token' is set but 'tokenizer.ggml.bos_token_id' is missing",
@@ -297,12 +297,12 @@ void check_object(const json& md) {
 
 json tokenizer_json_from_gguf(const json& md) {
   check_object(md);
-  const std::string model = get_string(md, "tokenizer.ggml.model");
+  const std::string model = md_string(md, "tokenizer.ggml.model");
   if (model != "llama" && model != "gpt2")
     throw Error(fmt::format(
         "{}: 'tokenizer.ggml.model' is '{}', which halo does not support (supported: llama, gpt2)",
         kWhat, model));
-  const Vocab v = read_vocab(md);
+  const GgufVocab v = read_vocab(md);
   json tj = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}};
   add_vocab(v, tj);
   tj = model == "llama" ? llama_spm(md, v, std::move(tj)) : gpt2_bpe(md, std::move(tj));
@@ -331,8 +331,8 @@ json tokenizer_json_from_gguf(const json& md) {
 
 json tokenizer_config_from_gguf(const json& md) {
   check_object(md);
-  const std::string model = get_string(md, "tokenizer.ggml.model");
-  const Vocab v = read_vocab(md);
+  const std::string model = md_string(md, "tokenizer.ggml.model");
+  const GgufVocab v = read_vocab(md);
   const Specials s = specials(md, v, model);
   json c = json::object();
   auto token = [&](const char* key, const char* name) {
@@ -346,7 +346,7 @@ json tokenizer_config_from_gguf(const json& md) {
   c["add_eos_token"] = s.add_eos;
   bool clean_up = false;
   if (model == "gpt2") {
-    const std::string pre = get_string(md, "tokenizer.ggml.pre");
+    const std::string pre = md_string(md, "tokenizer.ggml.pre");
     for (const auto& [name, info] : known_pres())
       if (name == pre) clean_up = info.clean_up;
   }
