@@ -1,10 +1,12 @@
 # Every third-party dependency comes from a Debian 12 package
 # (scripts/install-deps.sh installs them).
 find_package(PkgConfig REQUIRED)
-# -pthread (not only -lpthread) for every user of Threads::Threads: one set of
-# predefined macros (_REENTRANT) across targets, which the precompiled headers need.
-set(THREADS_PREFER_PTHREAD_FLAG ON)
 find_package(Threads REQUIRED)
+# Every C and C++ file is compiled with -pthread: gRPC's and ZeroMQ's usage
+# requirements add it to some targets, and a precompiled header (HaloPch.cmake)
+# must see the same predefined macros (_REENTRANT) in every file that uses it
+# (clang refuses it otherwise, GCC ignores it).
+add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-pthread>")
 find_package(dlpack CONFIG REQUIRED)
 find_package(nlohmann_json 3.10 CONFIG REQUIRED)
 find_package(fmt CONFIG REQUIRED)

@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
 # Sanitizer and fuzzing checks, run by .ci/run after the README's test
 # command (docs/testing.md has what each phase covers and how long it takes):
-#   asan  GCC, -DHALO_SANITIZE="address;undefined": the unit and end-to-end
-#         suites (ctest), halo and its plugins instrumented
+#   asan  GCC, -DHALO_SANITIZE="address;undefined" with every UBSan check: the
+#         whole suite (ctest), halo and its plugins instrumented
 #   tsan  GCC, -DHALO_SANITIZE=thread: the engine and server concurrency tests
-#         (AsyncEngine/engine tests, engine_behaviour_test, serve_unit_test,
-#         serving_core_test, the serve e2e tests load, disconnect,
-#         admission, hostile)
+#         (engine, scheduler, KV blocks and forks, shared prompts, beams,
+#         AsyncEngine, serving core, HTTP; the serve e2e tests load,
+#         disconnect, admission, hostile, kv_events, grpc, grpc_load, beam_search)
 #   fuzz  clang + libFuzzer: every target of fuzz/ for a short bounded run
-#         (scripts/fuzz.sh), after replaying the reproducers of fixed crashes
+#         (scripts/fuzz.sh), after replaying the reproducers of fixed crashes;
+#         one target per core at a time
 #
-#   scripts/ci-sanitizers.sh [--quick] [--build-root DIR] [--fuzz-time S] [PHASE...]
+#   scripts/ci-sanitizers.sh [--build-root DIR] [--fuzz-time S] [PHASE...]
 #
-#   --quick        asan: ctest without the slowest model-reference tests (see below),
-#                  UBSan without vptr and the null-pointer checks
 #   --build-root D build directories D/build-asan, D/build-tsan, D/build-fuzz
 #                  (default: the repository root)
-#   --fuzz-time S  seconds per fuzz target (default 10)
+#   --fuzz-time S  seconds per fuzz target (default 30)
 #   PHASE          asan, tsan, fuzz (default: all three)
 #
 # A phase whose toolchain is missing (clang/libFuzzer for fuzz) is skipped
@@ -25,13 +24,12 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 
-quick=0 root="$here" fuzz_time=10 phases=()
+root="$here" fuzz_time=30 phases=()
 while (($#)); do
   case "$1" in
-    --quick) quick=1; shift ;;
     --build-root) root="$2"; shift 2 ;;
     --fuzz-time) fuzz_time="$2"; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     asan|tsan|fuzz) phases+=("$1"); shift ;;
     *) echo "ci-sanitizers.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -68,44 +66,20 @@ asan_env() {
 
 run_asan() {
   begin "asan (address;undefined): build + ctest"
-  local b="$root/build-asan" skip=""
-  # --quick: UBSan without the checks that add half to its compile time (vptr and
-  # the null-pointer family: ASan reports a null access as SEGV with its stack).
-  ((quick)) && skip="vptr;null;nonnull-attribute;returns-nonnull-attribute"
+  local b="$root/build-asan"
   if ! cmake -S . -B "$b" "${gen[@]}" "${common[@]}" -DHALO_BUILD_TESTS=ON -DHALO_SANITIZE="address;undefined" \
-         -DHALO_UBSAN_SKIP="$skip" >/dev/null ||
+         >/dev/null ||
      ! cmake --build "$b" -j "$jobs"; then
     finish asan failed "build"; return
   fi
   # Leaks in third-party code that never frees its one-time state.
   printf '%s\n' 'leak:libdnnl' 'leak:libgomp' 'leak:libcurl' 'leak:libcrypto' > "$b/lsan.supp"
-  # Always excluded from the main run: the tests that run oneDNN
-  # (Numerics.OneDnnMatmulBackend, and halo bench latency, whose roofline asks
-  # the cpu plugin for its bf16 peak), because the exit-time leak scan dies in
-  # oneDNN's libgomp worker threads ("Tracer caught signal 11"); they run on
-  # their own with leak detection off.
-  local onednn='(Numerics\.OneDnnMatmulBackend|integration_bench_latency)$' exclude ok=1
-  exclude="^($onednn"
-  # --quick: also the slowest tests under ASan (numeric model references,
-  # full-size conformance goldens, quantization accuracy, long attention
-  # sweeps, timing and stress runs whose memory paths shorter tests cover;
-  # speculative sampling's chi-square, 8,000 requests, whose paths the
-  # other Spec tests and RejectionSampler run);
-  # they run in the full mode and, unsanitized, in the README's suite.
-  ((quick)) && exclude+='|Reference\.|reference_forward|conformance_cpu_bf16$|text_compare_tokenizers_with_hf$|text_compare_gguf_with_llama_cpp$|tools_make_gguf$'
-  ((quick)) && exclude+='|Models/QuantAccuracy\.|Perf\.|Attention\.(BatchInvariance|LongContext)$|EngineStress\.|SpecSampling\.'
-  # --quick: the server load tests (TSan runs load and hostile; the gRPC one
-  # compares throughput) and the browser tests (Chromium is not instrumented;
-  # the page's files are checked by web_ui_test, its requests by the serve tests).
-  ((quick)) && exclude+='|serve_(load|grpc_load|hostile|replicas)$|ui_web_ui$'
-  # --quick: the slowest script-driven tests under ASan (rbln_cli, 110 s: halo
-  # compile and run on the simulator, whose code rbln_runtime_test and the
-  # rbln conformance run cover; deploy_manifests, 46 s: container and Helm
-  # files; JinjaLimits' huge-loop stress, 58 s, whose paths the other Jinja
-  # tests take). They run unsanitized in the README's suite.
-  ((quick)) && exclude+='|rbln_cli$|deploy_manifests$|JinjaLimits\.HugeLoopsAndOutputsFailFast$'
-  exclude+=')'
-  ( asan_env; ctest --test-dir "$b" -j "$jobs" --output-on-failure --timeout 1200 -E "$exclude" ) || ok=0
+  # Every test of the suite. The two that run oneDNN (Numerics.OneDnnMatmulBackend,
+  # and halo bench latency, whose roofline asks the cpu plugin for its bf16 peak)
+  # run on their own with leak detection off, because the exit-time leak scan
+  # dies in oneDNN's libgomp worker threads ("Tracer caught signal 11").
+  local onednn='(Numerics\.OneDnnMatmulBackend|integration_bench_latency)$' ok=1
+  ( asan_env; ctest --test-dir "$b" -j "$jobs" --output-on-failure --timeout 1200 -E "^$onednn" ) || ok=0
   ( asan_env; export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
     ctest --test-dir "$b" --output-on-failure --no-tests=error -R "^$onednn" ) || ok=0
   if ((ok)); then finish asan passed; else finish asan failed "ctest"; fi
@@ -115,23 +89,30 @@ run_tsan() {
   begin "tsan (thread): engine and server concurrency tests"
   local b="$root/build-tsan"
   if ! cmake -S . -B "$b" "${gen[@]}" "${common[@]}" -DHALO_BUILD_TESTS=ON -DHALO_SANITIZE=thread >/dev/null ||
-     ! cmake --build "$b" -j "$jobs" --target engine_test engine_behaviour_test serve_unit_test serving_core_test halo halo_plugin_cpu; then
+     ! cmake --build "$b" -j "$jobs" --target engine_test engine_behaviour_test shared_prompt_test beam_engine_test \
+         serve_unit_test serving_core_test halo halo_plugin_cpu; then
     finish tsan failed "build"; return
   fi
   # libgomp (oneDNN's runtime) and libzmq (the KV events publisher's sockets, handed to
   # ZeroMQ's I/O thread through its lock-free pipes) are not instrumented: their
   # synchronisation is invisible to TSan.
   printf '%s\n' 'called_from_lib:libgomp.so' 'called_from_lib:libdnnl.so' 'called_from_lib:libzmq.so' > "$b/tsan.supp"
+  # The engine (scheduler, KV blocks and their forks, shared prompts, beams, the
+  # async engine's thread), the serving core and its preprocessing pool, HTTP,
+  # gRPC and the KV event publisher's threads.
+  local suites='AsyncEngine|Engine[A-Za-z]*|Scheduler|SchedulerGroup|SchedulerSpec|KvBlockManager|KvFork|KvTrim'
+  suites+='|KvEvents|BlockHash|PrefixCache|SharedPrompt|BeamEngine|ParallelSampling|Sampler|SamplingParams'
+  suites+='|HttpServer|ParseSampling|ApiErrors|ServingCore|PreprocessPool'
+  local e2e='load|disconnect|admission|hostile|kv_events|grpc|grpc_load|beam_search'
   (
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$b/tsan.supp"
-    ctest --test-dir "$b" --output-on-failure --timeout 1200 \
-      -R '^((AsyncEngine|Engine[A-Za-z]*|Scheduler|KvBlockManager|PrefixCache|Sampler|SamplingParams|HttpServer|ParseSampling|ApiErrors|ServingCore)\.|serve_(load|disconnect|admission|hostile|kv_events)$)'
+    ctest --test-dir "$b" -j "$jobs" --output-on-failure --timeout 1200 -R "^(($suites)\.|serve_($e2e)\$)"
   )
   if (($? == 0)); then finish tsan passed; else finish tsan failed "ctest"; fi
 }
 
 run_fuzz() {
-  begin "fuzz (${fuzz_time}s per target)"
+  begin "fuzz (${fuzz_time}s per target, $jobs at once)"
   local cxx="${CXX_FUZZ:-clang++-16}" cc="${CC_FUZZ:-clang-16}"
   if ! command -v "$cxx" >/dev/null; then
     finish fuzz skipped "$cxx not found: scripts/install-deps.sh --fuzz installs clang-16 and libclang-rt-16-dev"; return
@@ -142,11 +123,8 @@ run_fuzz() {
     finish fuzz skipped "libFuzzer runtime not found (Debian: libclang-rt-16-dev)"; return
   fi
   local b="$root/build-fuzz" ok=1
-  # --quick: the same UBSan checks left out as in the asan phase (a crash on a
-  # null access is still a crash to libFuzzer).
-  ((quick)) && export HALO_UBSAN_SKIP="vptr;null;nonnull-attribute;returns-nonnull-attribute"
-  CC="$cc" CXX="$cxx" scripts/fuzz.sh --build-dir "$b" --regressions || ok=0
-  CC="$cc" CXX="$cxx" scripts/fuzz.sh --build-dir "$b" --no-build --time "$fuzz_time" || ok=0
+  CC="$cc" CXX="$cxx" scripts/fuzz.sh --build-dir "$b" --jobs "$jobs" --regressions || ok=0
+  CC="$cc" CXX="$cxx" scripts/fuzz.sh --build-dir "$b" --no-build --jobs "$jobs" --time "$fuzz_time" || ok=0
   if ((ok)); then finish fuzz passed; else finish fuzz failed "see the fuzz summary above"; fi
 }
 

@@ -6,11 +6,12 @@
 # the coverage reached and whether it crashed; exits non-zero when any target
 # crashed, naming the reproducer file. See docs/testing.md.
 #
-#   scripts/fuzz.sh [--time S | --runs N] [--build-dir DIR] [--no-build] [--regressions] [TARGET...]
+#   scripts/fuzz.sh [--time S | --runs N] [--jobs N] [--build-dir DIR] [--no-build] [--regressions] [TARGET...]
 #
 #   --time S       run each target S seconds (default 60)
 #   --runs N       run each target N executions instead
 #   --build-dir D  build directory (default: build-fuzz in the repository)
+#   --jobs N       run N targets at once (default 1)
 #   --no-build     use the fuzzers already built in the build directory
 #   --regressions  only replay the reproducers of fuzz/regressions/<target>/
 #                  (each must run without a crash) and exit
@@ -24,17 +25,18 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 
-time_s=60 runs="" build_dir="$here/build-fuzz" do_build=1 regressions=0 list=0
+time_s=60 runs="" jobs=1 build_dir="$here/build-fuzz" do_build=1 regressions=0 list=0
 targets=()
 while (($#)); do
   case "$1" in
     --time) time_s="$2"; runs=""; shift 2 ;;
     --runs) runs="$2"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
     --build-dir) build_dir="$2"; shift 2 ;;
     --no-build) do_build=0; shift ;;
     --regressions) regressions=1; shift ;;
     --list) list=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) t="$1"; [[ "$t" == *_fuzzer ]] || t="${t}_fuzzer"; targets+=("$t"); shift ;;
   esac
@@ -71,35 +73,34 @@ fi
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_stack_use_after_return=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 
-status=0
-summary=()
-for t in "${targets[@]}"; do
-  bin="$build_dir/fuzz/$t"
-  [[ -x "$bin" ]] || { echo "fuzz.sh: $bin not built" >&2; exit 2; }
-  if ((regressions)); then
-    shopt -s nullglob
-    files=(fuzz/regressions/"$t"/*)
-    shopt -u nullglob
-    ((${#files[@]})) || { summary+=("$t: no reproducers"); continue; }
-    if "$bin" -runs=1 "${files[@]}" >"$build_dir/fuzz-$t-regressions.log" 2>&1; then
-      summary+=("$t: ${#files[@]} reproducers pass")
-    else
-      summary+=("$t: REGRESSION FAILS (log: $build_dir/fuzz-$t-regressions.log)"); status=1
-    fi
-    continue
+# One target's regression replay or timed run; its summary line goes to
+# $build_dir/fuzz-<target>.summary, its exit status says whether it failed.
+replay_one() {
+  local t="$1" bin="$build_dir/fuzz/$1" files
+  shopt -s nullglob
+  files=(fuzz/regressions/"$t"/*)
+  shopt -u nullglob
+  if ((${#files[@]} == 0)); then
+    echo "$t: no reproducers"
+  elif "$bin" -runs=1 "${files[@]}" >"$build_dir/fuzz-$t-regressions.log" 2>&1; then
+    echo "$t: ${#files[@]} reproducers pass"
+  else
+    echo "$t: REGRESSION FAILS (log: $build_dir/fuzz-$t-regressions.log)"; return 1
   fi
-  work="$build_dir/fuzz-corpus/$t" artifacts="$build_dir/fuzz-artifacts/$t"
+}
+
+fuzz_one() {
+  local t="$1" bin="$build_dir/fuzz/$1"
+  local work="$build_dir/fuzz-corpus/$t" artifacts="$build_dir/fuzz-artifacts/$t" log="$build_dir/fuzz-$t.log"
   mkdir -p "$work" "$artifacts"
-  limit=(-max_total_time="$time_s"); [[ -n "$runs" ]] && limit=(-runs="$runs")
-  log="$build_dir/fuzz-$t.log"
-  echo "== $t (${runs:+$runs runs}${runs:-${time_s}s})"
+  local limit=(-max_total_time="$time_s"); [[ -n "$runs" ]] && limit=(-runs="$runs")
+  echo "== $t (${runs:+$runs runs}${runs:+}$([[ -n "$runs" ]] || echo "${time_s}s"))" >&2
+  local start rc secs execs cov corpus artifact why
   start=$(date +%s)
-  set +e
   # shellcheck disable=SC2086
   "$bin" "${limit[@]}" -timeout=30 -rss_limit_mb=3072 -max_len=65536 -print_final_stats=1 \
     -artifact_prefix="$artifacts/" ${FUZZ_FLAGS:-} "$work" "fuzz/corpus/$t" >"$log" 2>&1
   rc=$?
-  set -e
   secs=$(( $(date +%s) - start ))
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   [[ -n "$execs" ]] || execs=$(grep -o '^#[0-9]*' "$log" | tail -1 | tr -d '#')
@@ -108,13 +109,32 @@ for t in "${targets[@]}"; do
   artifact=$(sed -n 's/.*Test unit written to \(.*\)/\1/p' "$log" | tail -1)
   if ((rc != 0)) || [[ -n "$artifact" ]]; then
     why=$(grep -m1 -E 'Assertion|ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|HALO_FUZZ_STRICT|ERROR: libFuzzer|SUMMARY:' "$log" || true)
-    line="$t: CRASH after ${execs:-?} executions, ${secs}s, ${cov:-cov ?}: ${why:-exit $rc}; reproducer: ${artifact:-none} (log: $log)"
-    status=1
-  else
-    line="$t: ok, ${execs:-?} executions in ${secs}s, ${cov:-cov ?}, ${corpus:-corp ?}"
+    echo "$t: CRASH after ${execs:-?} executions, ${secs}s, ${cov:-cov ?}: ${why:-exit $rc}; reproducer: ${artifact:-none} (log: $log)"
+    return 1
   fi
-  echo "$line"
-  summary+=("$line")
+  echo "$t: ok, ${execs:-?} executions in ${secs}s, ${cov:-cov ?}, ${corpus:-corp ?}"
+}
+
+for t in "${targets[@]}"; do
+  [[ -x "$build_dir/fuzz/$t" ]] || { echo "fuzz.sh: $build_dir/fuzz/$t not built" >&2; exit 2; }
+done
+# Up to --jobs targets at once (each libFuzzer run is one process on one core);
+# the summary keeps the targets' order.
+set +e
+running=0
+for t in "${targets[@]}"; do
+  if ((running >= jobs)); then wait -n; running=$((running - 1)); fi
+  if ((regressions)); then run=replay_one; else run=fuzz_one; fi
+  ( $run "$t" >"$build_dir/fuzz-$t.summary"; echo $? >"$build_dir/fuzz-$t.status"; cat "$build_dir/fuzz-$t.summary" ) &
+  running=$((running + 1))
+done
+wait
+set -e
+status=0
+summary=()
+for t in "${targets[@]}"; do
+  summary+=("$(cat "$build_dir/fuzz-$t.summary")")
+  [[ "$(cat "$build_dir/fuzz-$t.status")" == 0 ]] || status=1
 done
 
 echo

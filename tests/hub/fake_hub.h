@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -15,8 +16,22 @@
 #include <vector>
 
 #include "../model/test_util.h"
+#include "model/hf_hub.h"
 
 namespace halo::model::testing {
+
+// Hub options that read only `cache` and `home` (never the developer's own
+// cache or token) and `env`, with 2 retries and no progress bar.
+inline HubOptions isolated_hub_options(const fs::path& cache, const fs::path& home,
+                                       std::map<std::string, std::string> env = {}) {
+  HubOptions o;
+  o.progress = false;
+  env.emplace("HF_HUB_CACHE", cache.string());
+  env.emplace("HOME", home.string());
+  env.emplace("HALO_HUB_RETRIES", "2");
+  o.env = std::move(env);
+  return o;
+}
 
 // Serves the repos under `root` (ROOT/ORG/NAME/<files>); its request log is
 // root's sibling hub.log. The first stdout line of fake_hub.py is its port.

@@ -28,13 +28,7 @@ class HfHubAdapterTest : public ::testing::Test {
 
   // Options reading only this environment (never the developer's own cache).
   HubOptions opts(std::map<std::string, std::string> env = {}) const {
-    HubOptions o;
-    o.progress = false;
-    env.emplace("HF_HUB_CACHE", cache_.string());
-    env.emplace("HOME", (tmp_ / "home").string());
-    env.emplace("HALO_HUB_RETRIES", "2");
-    o.env = std::move(env);
-    return o;
+    return isolated_hub_options(cache_, tmp_ / "home", std::move(env));
   }
 
   // tools/make_test_lora.py for pkgchat-5m into `out`; "" on success.

@@ -4,15 +4,10 @@
 
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <string>
 #include <vector>
 
+#include "../hub/fake_hub.h"
 #include "model/hf_config.h"
 #include "model/model_loader.h"
 #include "test_util.h"
@@ -23,62 +18,6 @@ namespace {
 const char* kRepo = "halo-test/pkgchat-5m";
 const std::vector<std::string> kWanted = {"config.json", "generation_config.json", "model.safetensors",
                                           "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"};
-
-// fake_hub.py as a child process; its first stdout line is its port.
-class FakeHub {
- public:
-  FakeHub(const fs::path& root, const std::vector<std::string>& extra) : log_(root.parent_path() / "hub.log") {
-    fs::remove(log_);
-    std::vector<std::string> args = {HALO_PYTHON_EXE, HALO_FAKE_HUB, root.string(), "--log", log_.string()};
-    args.insert(args.end(), extra.begin(), extra.end());
-    int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error("pipe");
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(fds[1], STDOUT_FILENO);
-      ::close(fds[0]);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    port_ = read_port(fds[0]);
-    ::close(fds[0]);
-  }
-  ~FakeHub() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  FakeHub(const FakeHub&) = delete;
-  FakeHub& operator=(const FakeHub&) = delete;
-
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  // One JSON object per request the hub served.
-  std::vector<json> requests() const {
-    std::vector<json> out;
-    std::istringstream in(read_file(log_));
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty()) out.push_back(json::parse(line));
-    return out;
-  }
-
- private:
-  static int read_port(int fd) {
-    std::string line;
-    char c;
-    pollfd p{fd, POLLIN, 0};
-    while (::poll(&p, 1, 10000) > 0 && ::read(fd, &c, 1) == 1 && c != '\n') line += c;
-    if (line.empty()) throw std::runtime_error("fake_hub.py printed no port");
-    return std::stoi(line);
-  }
-  fs::path log_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-};
 
 class HfHubTest : public ::testing::Test {
  protected:
@@ -92,18 +31,12 @@ class HfHubTest : public ::testing::Test {
 
   // Options reading only this environment (never the developer's own cache).
   HubOptions opts(std::map<std::string, std::string> env = {}) const {
-    HubOptions o;
-    o.progress = false;
-    env.emplace("HF_HUB_CACHE", cache_.string());
-    env.emplace("HOME", (tmp_ / "home").string());
-    env.emplace("HALO_HUB_RETRIES", "2");
-    o.env = std::move(env);
-    return o;
+    return isolated_hub_options(cache_, tmp_ / "home", std::move(env));
   }
 
-  std::unique_ptr<FakeHub> start_hub(const std::vector<std::string>& extra = {}) {
+  std::unique_ptr<FakeHubProcess> start_hub(const std::vector<std::string>& extra = {}) {
     if (!have_python()) return nullptr;
-    return std::make_unique<FakeHub>(tmp_ / "repos", extra);
+    return std::make_unique<FakeHubProcess>(tmp_ / "repos", extra);
   }
 
   // A cache as huggingface_hub leaves it: blobs, relative symlinks, refs/main.
@@ -206,13 +139,13 @@ TEST_F(HfHubTest, DownloadsThenResolvesOffline) {
 
   // The CDN never saw the token (none here) and each file came once.
   size_t gets = 0;
-  for (const auto& r : hub->requests()) gets += r["method"] == "GET" && r["status"] == 200;
+  for (const auto& r : hub->settled_requests(1 + kWanted.size())) gets += r["method"] == "GET" && r["status"] == 200;
   EXPECT_EQ(gets, 1 + kWanted.size());  // the revision info, then the files
 
-  const size_t served = hub->requests().size();
+  const size_t served = hub->settled_requests().size();
   EXPECT_EQ(resolve_model(kRepo, opts({{"HF_HUB_OFFLINE", "1"}})), dir);
   EXPECT_EQ(resolve_model(kRepo, o), dir);  // cached: the Hub is not asked again
-  EXPECT_EQ(hub->requests().size(), served);
+  EXPECT_EQ(hub->settled_requests().size(), served);
   LoadedModel model = LoadedModel::load(dir);
   EXPECT_GT(model.weights().size(), 0u);
 }
@@ -225,7 +158,7 @@ TEST_F(HfHubTest, InterruptedDownloadResumesWithRange) {
   const fs::path dir = resolve_model(kRepo, o);
   expect_same_files(dir);
   bool resumed = false;
-  for (const auto& r : hub->requests())
+  for (const auto& r : hub->settled_requests())
     resumed |= r["range"] == "bytes=3000000-" && r["status"] == 206;
   EXPECT_TRUE(resumed) << "no Range request after the cut";
   for (const auto& e : fs::directory_iterator(cache_ / "models--halo-test--pkgchat-5m" / "blobs"))
@@ -250,7 +183,7 @@ TEST_F(HfHubTest, LeftoverIncompleteBlobIsResumedAndChecked) {
   write_file(blobs / (blob_name + ".incomplete"), weights.substr(0, 1 << 20));
   expect_same_files(resolve_model(kRepo, o));
   bool resumed = false;
-  for (const auto& r : hub->requests()) resumed |= r["range"] == "bytes=1048576-" && r["status"] == 206;
+  for (const auto& r : hub->settled_requests()) resumed |= r["range"] == "bytes=1048576-" && r["status"] == 206;
   EXPECT_TRUE(resumed);
 
   cache_ = tmp_ / "cache3";
@@ -281,7 +214,7 @@ TEST_F(HfHubTest, TokenRequiredFor401AndNotSentToCdn) {
   o = opts({{"HF_HOME", (tmp_ / "hfhome").string()}});
   o.endpoint = hub->endpoint();
   expect_same_files(resolve_model(kRepo, o));
-  for (const auto& r : hub->requests())
+  for (const auto& r : hub->settled_requests())
     if (r["path"].get<std::string>().rfind("/cdn/", 0) == 0) {
       EXPECT_TRUE(r["auth"].is_null());
     }
