@@ -93,10 +93,6 @@ run_tsan() {
          serve_unit_test serving_core_test halo halo_plugin_cpu; then
     finish tsan failed "build"; return
   fi
-  # libgomp (oneDNN's runtime) and libzmq (the KV events publisher's sockets, handed to
-  # ZeroMQ's I/O thread through its lock-free pipes) are not instrumented: their
-  # synchronisation is invisible to TSan.
-  printf '%s\n' 'called_from_lib:libgomp.so' 'called_from_lib:libdnnl.so' 'called_from_lib:libzmq.so' > "$b/tsan.supp"
   # The engine (scheduler, KV blocks and their forks, shared prompts, beams, the
   # async engine's thread), the serving core and its preprocessing pool, HTTP,
   # gRPC and the KV event publisher's threads.
@@ -105,7 +101,8 @@ run_tsan() {
   suites+='|HttpServer|ParseSampling|ApiErrors|ServingCore|PreprocessPool'
   local e2e='load|disconnect|admission|hostile|kv_events|grpc|grpc_load|beam_search'
   (
-    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$b/tsan.supp"
+    # Libraries that are not instrumented (oneDNN, ZeroMQ, gRPC, Abseil): scripts/tsan.supp.
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$here/scripts/tsan.supp"
     ctest --test-dir "$b" -j "$jobs" --output-on-failure --timeout 1200 -R "^(($suites)\.|serve_($e2e)\$)"
   )
   if (($? == 0)); then finish tsan passed; else finish tsan failed "ctest"; fi

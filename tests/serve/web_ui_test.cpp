@@ -4,6 +4,7 @@
 #include "serve/web_ui.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -91,7 +92,7 @@ TEST(WebUi, OnlyGet) {
 TEST(WebUi, DirectoryIsReadPerRequest) {
   const fs::path dir =
       fs::temp_directory_path() /
-      ("halo-web-ui-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+      ("halo-web-ui-" + std::to_string(::getpid()));  // unique among running processes
   fs::create_directories(dir);
   const WebUi ui(dir);
   std::ofstream(dir / "index.html") << "one";

@@ -1,14 +1,16 @@
 // Unit tests of halo::text::Tokenizer. Expected ids come from Hugging Face's
 // @huggingface/tokenizers (JavaScript) run on the same files; vocabulary sizes
 // from the files themselves (max id + 1).
+#include "text/tokenizer/tokenizer.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
 
 #include "common/error.h"
-#include "text/tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 using halo::text::Tokenizer;
@@ -29,7 +31,11 @@ const Tokenizer& tok(const std::string& name) {
 
 class TempDir {
  public:
-  TempDir() : path_(fs::temp_directory_path() / ("halo_tok_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" + std::to_string(counter_++))) {
+  // Named by the process id: ctest runs tests in parallel processes, and gtest's
+  // random seed (the clock in ms) is the same in two that start together.
+  TempDir()
+      : path_(fs::temp_directory_path() /
+              ("halo_tok_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++))) {
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
@@ -76,7 +82,8 @@ TEST(TokenizerLoad, MalformedJsonNamesTheFile) {
 
 TEST(TokenizerLoad, MalformedConfigNamesTheFile) {
   TempDir dir;
-  const auto tj = dir.write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
+  const auto tj =
+      dir.write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
   const auto tc = dir.write("tokenizer_config.json", "[1, 2");
   const std::string msg = error_of([&] { Tokenizer::from_files(tj, tc); });
   EXPECT_NE(msg.find(tc.string()), std::string::npos) << msg;
@@ -84,7 +91,8 @@ TEST(TokenizerLoad, MalformedConfigNamesTheFile) {
 
 TEST(TokenizerLoad, UnsupportedModelTypeNamesFileAndType) {
   TempDir dir;
-  const auto p = dir.write("tokenizer.json", R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})");
+  const auto p =
+      dir.write("tokenizer.json", R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})");
   const std::string msg = error_of([&] { Tokenizer::from_files(p, {}); });
   EXPECT_NE(msg.find(p.string()), std::string::npos) << msg;
   EXPECT_NE(msg.find("WordPiece"), std::string::npos) << msg;
@@ -102,7 +110,9 @@ TEST(TokenizerLoad, UnsupportedComponentIsNamed) {
 
 TEST(TokenizerLoad, MergeOutsideVocabularyIsRejected) {
   TempDir dir;
-  const auto p = dir.write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b"]}})");
+  const auto p =
+      dir.write("tokenizer.json",
+                R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b"]}})");
   const std::string msg = error_of([&] { Tokenizer::from_files(p, {}); });
   EXPECT_NE(msg.find("'ab'"), std::string::npos) << msg;
 }
@@ -121,7 +131,8 @@ TEST(TokenizerLoad, BadVocabIdsNameTheTokenAndId) {
       {R"({"a": 0, "b": null})", "in model.vocab"},
   };
   for (const auto& [vocab, needle] : cases) {
-    const auto p = dir.write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": []}})");
+    const auto p = dir.write(
+        "tokenizer.json", R"({"model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": []}})");
     const std::string msg = error_of([&] { Tokenizer::from_files(p, {}); });
     EXPECT_NE(msg.find(p.string()), std::string::npos) << msg;
     EXPECT_NE(msg.find(needle), std::string::npos) << vocab << ": " << msg;
@@ -130,10 +141,14 @@ TEST(TokenizerLoad, BadVocabIdsNameTheTokenAndId) {
   const std::pair<std::string, std::string> added[] = {
       {"-1", "-1"}, {"\"x\"", "\"x\""}, {"1e12", "1000000000000.0"}, {"3000000000", "3000000000"}};
   for (const auto& [id, shown] : added) {
-    const auto p = dir.write("tokenizer.json", R"({"added_tokens": [{"id": )" + id +
-                                                   R"(, "content": "<s>"}], "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
+    const auto p = dir.write(
+        "tokenizer.json",
+        R"({"added_tokens": [{"id": )" + id +
+            R"(, "content": "<s>"}], "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
     const std::string msg = error_of([&] { Tokenizer::from_files(p, {}); });
-    EXPECT_NE(msg.find("added token '<s>' has id " + shown + " (ids are integers"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("added token '<s>' has id " + shown + " (ids are integers"),
+              std::string::npos)
+        << msg;
   }
 }
 
@@ -152,10 +167,10 @@ TEST(TokenizerLoad, TinyHandWrittenModel) {
       "vocab": {"<s>": 0, "<unk>": 1, "▁": 2, "a": 3, "b": 4, "▁a": 5, "ab": 6, "▁ab": 7, "<0x21>": 8},
       "merges": [["▁", "a"], ["a", "b"], ["▁a", "b"]]}})");
   const Tokenizer t = Tokenizer::from_files(p, {});
-  EXPECT_EQ(t.encode("ab"), (Ids{0, 7}));       // ▁ab: "▁ a" merges first, then "▁a b"
+  EXPECT_EQ(t.encode("ab"), (Ids{0, 7}));             // ▁ab: "▁ a" merges first, then "▁a b"
   EXPECT_EQ(t.encode("bab", false), (Ids{2, 4, 6}));  // ▁ b a b -> "a b" (rank 1) -> ▁ b ab
-  EXPECT_EQ(t.encode("a!", false), (Ids{5, 8}));  // '!' via <0x21>
-  EXPECT_EQ(t.encode("a?", false), (Ids{5, 1}));  // no <0x3F>: unk
+  EXPECT_EQ(t.encode("a!", false), (Ids{5, 8}));      // '!' via <0x21>
+  EXPECT_EQ(t.encode("a?", false), (Ids{5, 1}));      // no <0x3F>: unk
   EXPECT_EQ(t.decode(Ids{0, 7, 8}, true), "ab!");
   EXPECT_EQ(t.decode(Ids{0, 7, 8}, false), "<s> ab!");
   EXPECT_EQ(t.vocab_size(), 9);
@@ -226,10 +241,12 @@ TEST(Tokenizer, ByteFallbackDecodeFollowsTokenizers) {
   // tokenizers' ByteFallback decoder: a valid group becomes its text, an
   // invalid one becomes one U+FFFD per byte.
   const Tokenizer& t = tok("llama2");
-  const int32_t e4 = *t.token_to_id("<0xE4>"), bd = *t.token_to_id("<0xBD>"), a0 = *t.token_to_id("<0xA0>");
+  const int32_t e4 = *t.token_to_id("<0xE4>"), bd = *t.token_to_id("<0xBD>"),
+                a0 = *t.token_to_id("<0xA0>");
   EXPECT_EQ(t.decode(Ids{e4, bd, a0}, true), "你");
   EXPECT_EQ(t.decode(Ids{e4, bd}, true), "\xEF\xBF\xBD\xEF\xBF\xBD");
-  EXPECT_EQ(t.decode(Ids{e4, bd, a0, a0}, true), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(t.decode(Ids{e4, bd, a0, a0}, true),
+            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_TRUE(t.is_byte_fallback_token(e4));
   EXPECT_FALSE(t.is_byte_fallback_token(15043));
 }
