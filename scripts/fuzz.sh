@@ -94,7 +94,8 @@ fuzz_one() {
   local work="$build_dir/fuzz-corpus/$t" artifacts="$build_dir/fuzz-artifacts/$t" log="$build_dir/fuzz-$t.log"
   mkdir -p "$work" "$artifacts"
   local limit=(-max_total_time="$time_s"); [[ -n "$runs" ]] && limit=(-runs="$runs")
-  echo "== $t (${runs:+$runs runs}${runs:+}$([[ -n "$runs" ]] || echo "${time_s}s"))" >&2
+  local what="${time_s}s"; [[ -n "$runs" ]] && what="$runs runs"
+  echo "== $t ($what)" >&2
   local start rc secs execs cov corpus artifact why
   start=$(date +%s)
   # shellcheck disable=SC2086
