@@ -72,12 +72,26 @@ if(HALO_SANITIZE)
     # (libstdc++'s regex_automaton.h). The Release build keeps the warning.
     add_compile_options("$<${_halo_cc}:-Wno-maybe-uninitialized>")
   endif()
-  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang" AND NOT HALO_BUILD_FUZZERS)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
     # clang links its sanitizer runtime statically into executables only, so
     # the plugin MODULEs (linked with --no-undefined) could not resolve it:
     # use the shared runtime everywhere, found through an rpath.
     execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-resource-dir OUTPUT_VARIABLE _halo_rd OUTPUT_STRIP_TRAILING_WHITESPACE)
     add_link_options(-shared-libsan "LINKER:-rpath,${_halo_rd}/lib/linux")
+  endif()
+  # ASan's shared runtime, for programs that are not instrumented but load
+  # instrumented code (python3 and the halo extension module: tests/python).
+  if("address" IN_LIST HALO_SANITIZE)
+    if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+      set(_halo_rt_name libclang_rt.asan-${CMAKE_SYSTEM_PROCESSOR}.so)
+    else()
+      set(_halo_rt_name libasan.so)
+    endif()
+    execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=${_halo_rt_name}
+                    OUTPUT_VARIABLE HALO_SANITIZER_RUNTIME OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT IS_ABSOLUTE "${HALO_SANITIZER_RUNTIME}" OR NOT EXISTS "${HALO_SANITIZER_RUNTIME}")
+      set(HALO_SANITIZER_RUNTIME "")
+    endif()
   endif()
   # Release's -O3 hides too much from the reports; keep it fast but readable.
   if(CMAKE_BUILD_TYPE STREQUAL "Release")

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Sanitizer and fuzzing checks, run by .ci/run after the README's test
 # command (docs/testing.md has what each phase covers and how long it takes):
-#   asan  GCC, -DHALO_SANITIZE="address;undefined" with every UBSan check: the
-#         whole suite (ctest), halo and its plugins instrumented
+#   asan  -DHALO_SANITIZE="address;undefined" with every UBSan check: the whole
+#         suite (ctest), halo and its plugins instrumented. With clang-16 and
+#         libFuzzer installed (install-deps.sh --fuzz) it is a clang build that
+#         also holds the fuzz targets (-DHALO_BUILD_FUZZERS=ON), so the fuzz
+#         phase builds nothing; else GCC, and fuzz builds its own tree
 #   tsan  GCC, -DHALO_SANITIZE=thread: the engine and server concurrency tests
 #         (engine, scheduler, KV blocks and forks, shared prompts, beams,
 #         AsyncEngine, serving core, HTTP; the serve e2e tests load,
 #         disconnect, admission, hostile, kv_events, grpc, grpc_load, beam_search)
 #   fuzz  clang + libFuzzer: every target of fuzz/ for a short bounded run
 #         (scripts/fuzz.sh), after replaying the reproducers of fixed crashes;
-#         one target per core at a time
+#         one target per core at a time; the asan phase's targets when it
+#         built them, else its own build (build-fuzz)
 #
 #   scripts/ci-sanitizers.sh [--build-root DIR] [--fuzz-time S] [PHASE...]
 #
@@ -29,7 +33,7 @@ while (($#)); do
   case "$1" in
     --build-root) root="$2"; shift 2 ;;
     --fuzz-time) fuzz_time="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     asan|tsan|fuzz) phases+=("$1"); shift ;;
     *) echo "ci-sanitizers.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -64,11 +68,30 @@ asan_env() {
   export LSAN_OPTIONS="suppressions=$root/build-asan/lsan.supp:print_suppressions=0"
 }
 
+# clang and libFuzzer's runtime for the fuzz targets; prints why not when missing.
+fuzz_cxx="${CXX_FUZZ:-clang++-16}" fuzz_cc="${CC_FUZZ:-clang-16}"
+have_libfuzzer() {
+  if ! command -v "$fuzz_cxx" >/dev/null; then
+    echo "$fuzz_cxx not found: scripts/install-deps.sh --fuzz installs clang-16 and libclang-rt-16-dev"; return 1
+  fi
+  local rt
+  rt=$("$fuzz_cxx" -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)
+  if [[ ! -f "$rt" ]] && ! ls "$("$fuzz_cxx" -print-resource-dir)"/lib/linux/libclang_rt.fuzzer*.a >/dev/null 2>&1; then
+    echo "libFuzzer runtime not found (Debian: libclang-rt-16-dev)"; return 1
+  fi
+}
+
 run_asan() {
-  begin "asan (address;undefined): build + ctest"
-  local b="$root/build-asan"
-  if ! cmake -S . -B "$b" "${gen[@]}" "${common[@]}" -DHALO_BUILD_TESTS=ON -DHALO_SANITIZE="address;undefined" \
-         >/dev/null ||
+  local b="$root/build-asan" toolchain=() label=GCC
+  # One clang build serves the suite and the fuzz targets: the fuzz phase then
+  # builds nothing (a GCC ASan build plus a clang fuzz build took 12 + 6 min).
+  if have_libfuzzer >/dev/null; then
+    toolchain=(-DCMAKE_C_COMPILER="$fuzz_cc" -DCMAKE_CXX_COMPILER="$fuzz_cxx" -DHALO_BUILD_FUZZERS=ON)
+    label="$fuzz_cxx, with the fuzz targets"
+  fi
+  begin "asan (address;undefined; $label): build + ctest"
+  if ! cmake -S . -B "$b" "${gen[@]}" "${common[@]}" "${toolchain[@]}" -DHALO_BUILD_TESTS=ON \
+         -DHALO_SANITIZE="address;undefined" >/dev/null ||
      ! cmake --build "$b" -j "$jobs"; then
     finish asan failed "build"; return
   fi
@@ -110,18 +133,16 @@ run_tsan() {
 
 run_fuzz() {
   begin "fuzz (${fuzz_time}s per target, $jobs at once)"
-  local cxx="${CXX_FUZZ:-clang++-16}" cc="${CC_FUZZ:-clang-16}"
-  if ! command -v "$cxx" >/dev/null; then
-    finish fuzz skipped "$cxx not found: scripts/install-deps.sh --fuzz installs clang-16 and libclang-rt-16-dev"; return
+  local why
+  if ! why=$(have_libfuzzer); then finish fuzz skipped "$why"; return; fi
+  local b="$root/build-fuzz" build=() ok=1
+  # The asan phase's clang build holds the targets already.
+  if grep -q '^HALO_BUILD_FUZZERS:BOOL=ON' "$root/build-asan/CMakeCache.txt" 2>/dev/null; then
+    b="$root/build-asan" build=(--no-build)
+    echo "fuzz: the targets of the asan phase's build ($b)"
   fi
-  local rt
-  rt=$("$cxx" -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)
-  if [[ ! -f "$rt" ]] && ! ls "$("$cxx" -print-resource-dir)"/lib/linux/libclang_rt.fuzzer*.a >/dev/null 2>&1; then
-    finish fuzz skipped "libFuzzer runtime not found (Debian: libclang-rt-16-dev)"; return
-  fi
-  local b="$root/build-fuzz" ok=1
-  CC="$cc" CXX="$cxx" scripts/fuzz.sh --build-dir "$b" --jobs "$jobs" --regressions || ok=0
-  CC="$cc" CXX="$cxx" scripts/fuzz.sh --build-dir "$b" --no-build --jobs "$jobs" --time "$fuzz_time" || ok=0
+  CC="$fuzz_cc" CXX="$fuzz_cxx" scripts/fuzz.sh --build-dir "$b" "${build[@]}" --jobs "$jobs" --regressions || ok=0
+  CC="$fuzz_cc" CXX="$fuzz_cxx" scripts/fuzz.sh --build-dir "$b" --no-build --jobs "$jobs" --time "$fuzz_time" || ok=0
   if ((ok)); then finish fuzz passed; else finish fuzz failed "see the fuzz summary above"; fi
 }
 

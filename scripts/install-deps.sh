@@ -3,7 +3,8 @@
 # for the JavaScript reference clients). Idempotent: installs only what is
 # missing, so a second run does nothing.
 #   scripts/install-deps.sh          build dependencies
-#   scripts/install-deps.sh --test   also the test references (numpy, jinja2, node)
+#   scripts/install-deps.sh --test   also the test references (numpy, jinja2, node;
+#                                    a Node 20 from npm in .tools/node when the system's is older)
 #   scripts/install-deps.sh --fuzz   also clang 16 and libFuzzer (scripts/fuzz.sh)
 set -euo pipefail
 
@@ -38,8 +39,9 @@ test_pkgs=(python3 python3-numpy python3-jinja2 nodejs npm
   haproxy prometheus
   # tests/deploy: the manifests parsed, the Helm chart rendered by Go's text/template with sprig (no helm in Debian).
   python3-yaml golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev)
-# clang-16 + libFuzzer: the fuzz targets (scripts/fuzz.sh, scripts/ci-sanitizers.sh fuzz).
-fuzz_pkgs=(clang-16 libclang-rt-16-dev)
+# clang-16 + libFuzzer: the fuzz targets (scripts/fuzz.sh) and CI's clang ASan build
+# (scripts/ci-sanitizers.sh), whose oneDNN backend needs clang's OpenMP runtime.
+fuzz_pkgs=(clang-16 libclang-rt-16-dev libomp-16-dev)
 
 want=("${build_pkgs[@]}")
 if [[ "${1:-}" == "--test" ]]; then want+=("${test_pkgs[@]}"); fi
@@ -62,16 +64,42 @@ else
   echo "install-deps: all Debian packages present"
 fi
 
+# The Node tests need Node >= 20 (node-llama-cpp, the OpenAI Agents SDK), as CI
+# has; Debian 12 ships 18. npm's node-<os>-<arch> package is the official
+# binary: it goes to .tools/node (git-ignored), which CMake's HALO_NODE prefers
+# (cmake/HaloDependencies.cmake).
+node_pin=20.20.2
+ensure_node20() {
+  local here="$1" major arch
+  major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  if ((major >= 20)) || [[ -x "$here/.tools/node/node_modules/.bin/node" ]]; then return; fi
+  case "$(uname -m)" in x86_64) arch=x64 ;; aarch64) arch=arm64 ;; *) arch="" ;; esac
+  if [[ -z "$arch" ]]; then
+    echo "install-deps: Node $major is older than 20 and npm has no Node binary for $(uname -m): the Node 20 tests will skip"
+    return
+  fi
+  echo "install-deps: Node $major is older than 20: npm's node-linux-$arch@$node_pin into .tools/node"
+  npm install --prefix "$here/.tools/node" --no-save --no-audit --no-fund --loglevel=error --ignore-scripts \
+    "node-linux-$arch@$node_pin"
+}
+
 if [[ "${1:-}" == "--test" ]]; then
   here=$(cd "$(dirname "$0")/.." && pwd)
-  if [[ ! -d "$here/tests/js/node_modules/@huggingface/tokenizers" || ! -d "$here/tests/js/node_modules/openai" ||
-        ! -d "$here/tests/js/node_modules/node-llama-cpp" || ! -d "$here/tests/js/node_modules/playwright-core" ||
-        ! -d "$here/tests/js/node_modules/ajv" ]]; then
+  ensure_node20 "$here"
+  # npm runs on the Node the tests use: packages for Node >= 20 only (the Agents
+  # SDK's MCP client, node-llama-cpp's binaries) are optional and npm installs
+  # them only when the Node that runs it is new enough.
+  [[ -x "$here/.tools/node/node_modules/.bin/node" ]] && export PATH="$here/.tools/node/node_modules/.bin:$PATH"
+  mods="$here/tests/js/node_modules"
+  want_mods=(@huggingface/tokenizers openai node-llama-cpp playwright-core ajv)
+  (($(node -p 'process.versions.node.split(".")[0]') >= 20)) && want_mods+=(@modelcontextprotocol/client)
+  for m in "${want_mods[@]}"; do
+    [[ -d "$mods/$m" ]] && continue
     echo "install-deps: npm ci in tests/js"
-    # node-llama-cpp: its prebuilt llama.cpp binaries come as npm packages;
-    # its postinstall step must not try to download or build anything else
-    # (--ignore-scripts: no package here needs one, and Debian 12's Node 18
-    # cannot run node-llama-cpp's, which wants Node 20).
+    # --ignore-scripts: no package here needs its install step (node-llama-cpp's
+    # prebuilt llama.cpp binaries come as npm packages; nothing else is
+    # downloaded or built).
     (cd "$here/tests/js" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
-  fi
+    break
+  done
 fi

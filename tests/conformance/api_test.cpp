@@ -10,6 +10,15 @@
 
 #include "suite.h"
 
+// GCC names the sanitizers with macros, clang with __has_feature.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HALO_SANITIZED_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HALO_SANITIZED_BUILD 1
+#endif
+#endif
+
 namespace conf {
 
 const Model& tiny_model() {
@@ -267,7 +276,7 @@ TEST_F(Conformance, VersionMeasurePeak) {
                    api()->struct_size >= HALO_STRUCT_SIZE(halo_plugin_api, device_measure_peak) &&
                    api()->device_measure_peak != nullptr;
   if (!has) GTEST_SKIP() << "no device_measure_peak (v1.3, optional)";
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(HALO_SANITIZED_BUILD)
   // A peak probe runs OpenMP threads (cpu: oneDNN) that LeakSanitizer's exit
   // scan cannot stop (docs/testing.md); the unsanitized suite covers it.
   GTEST_SKIP() << "a sanitized suite: the peak probe's OpenMP threads break LeakSanitizer's exit scan";

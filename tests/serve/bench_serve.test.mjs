@@ -83,9 +83,13 @@ describe('halo bench serve', () => {
     assert.equal(d('vllm:generation_tokens_total'), run.total_output_tokens);
     assert.equal(d('vllm:prompt_tokens_total'), run.total_input_tokens);
     // Mean end-to-end latency: the server's histogram vs the client's clock.
+    // The client's interval holds the server's, so it is never shorter; it is
+    // longer by the transport and by how late the client's threads are woken,
+    // which a loaded machine stretches: 5% plus one scheduler period (24 ms).
     const serverE2e = 1000 * d('vllm:e2e_request_latency_seconds_sum') / d('vllm:e2e_request_latency_seconds_count');
-    const rel = Math.abs(run.e2el_ms.mean - serverE2e) / serverE2e;
-    assert.ok(rel < 0.05, `mean E2E: bench ${run.e2el_ms.mean.toFixed(2)} ms, server ${serverE2e.toFixed(2)} ms`);
+    const e2eMsg = `mean E2E: bench ${run.e2el_ms.mean.toFixed(2)} ms, server ${serverE2e.toFixed(2)} ms`;
+    assert.ok(run.e2el_ms.mean >= serverE2e - 0.5, e2eMsg);
+    assert.ok(run.e2el_ms.mean - serverE2e < 0.05 * serverE2e + scaled(24), e2eMsg);
     // The client sees the first token after the server produced it.
     const serverTtft = 1000 * d('vllm:time_to_first_token_seconds_sum') / d('vllm:time_to_first_token_seconds_count');
     assert.ok(run.ttft_ms.mean >= serverTtft, `TTFT bench ${run.ttft_ms.mean} < server ${serverTtft}`);
@@ -98,22 +102,29 @@ describe('halo bench serve', () => {
       assert.ok(r.generated_text.length > 0);
     }
     assert.equal(run.itl_ms.count, sum(run.requests.map((r) => r.itl_ms.length)));
-    // Each request left when the arrival process said (no concurrency limit).
-    for (const r of run.requests) assert.ok(r.sent_s - r.scheduled_s < scaled(50) / 1000, JSON.stringify(r));
+    // Each request left when the arrival process said (no concurrency limit):
+    // none waited for another to finish, which would delay it by a large part
+    // of a request's whole latency. (A fixed bound in ms would measure the
+    // machine's load instead.)
+    const shortest = Math.min(...run.requests.map((r) => r.e2el_ms)) / 1000;
+    for (const r of run.requests) assert.ok(r.sent_s - r.scheduled_s < shortest / 4, JSON.stringify(r));
   });
 
   test('the arrival rate is the one asked for', async () => {
     // Gamma with shape 100: nearly even gaps, so the rate over 30 requests is
-    // tight (coefficient of variation ~2%) and a wrong scale would show.
+    // tight (coefficient of variation ~2%) and a wrong scale would show. The
+    // schedule, seeded, is what the bench decided; that requests leave on it
+    // is the first test's check.
     const { result } = await benchJson(server, tmp, 'steady', [
       '--num-prompts', '30', '--random-input-len', '16', '--random-output-len', '4', '--request-rate', '15',
-      '--burstiness', '100']);
-    const sent = result.runs[0].requests.map((r) => r.sent_s).sort((a, b) => a - b);
-    const rate = (sent.length - 1) / (sent.at(-1) - sent[0]);
-    assert.ok(Math.abs(rate - 15) / 15 < 0.1, `achieved ${rate.toFixed(2)} req/s for 15`);
+      '--burstiness', '100', '--seed', '11']);
+    const sched = result.runs[0].requests.map((r) => r.scheduled_s).sort((a, b) => a - b);
+    const rate = (sched.length - 1) / (sched.at(-1) - sched[0]);
+    assert.ok(Math.abs(rate - 15) / 15 < 0.1, `scheduled ${rate.toFixed(2)} req/s for 15`);
     // Poisson (shape 1): the schedule's gaps vary (coefficient of variation ~1).
     const { result: p } = await benchJson(server, tmp, 'poisson2', [
-      '--num-prompts', '40', '--random-input-len', '16', '--random-output-len', '4', '--request-rate', '40']);
+      '--num-prompts', '40', '--random-input-len', '16', '--random-output-len', '4', '--request-rate', '40',
+      '--seed', '12']);
     const s = p.runs[0].requests.map((r) => r.scheduled_s);
     const gaps = s.slice(1).map((x, i) => x - s[i]);
     const mean = sum(gaps) / gaps.length;

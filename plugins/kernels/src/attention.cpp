@@ -35,7 +35,9 @@
 // GCC 12's AVX-512 headers build some vectors with the self-initialising
 // `__m512 __Y = __Y;` idiom, which trips -Wuninitialized when inlined.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #endif
 
 namespace halo::kernels {

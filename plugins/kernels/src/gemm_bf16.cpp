@@ -57,7 +57,9 @@
 #define HALO_HAVE_BF16_PATH 1
 // See simd.cpp: GCC 12's AVX-512 headers trip -Wuninitialized when inlined.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define HALO_TARGET_BF16 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 #endif

@@ -52,11 +52,14 @@
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define HALO_HAVE_VNNI_PATH 1
 // See simd.cpp: GCC 12's AVX-512 headers trip -Wuninitialized when inlined.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define HALO_TARGET_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 #endif
@@ -307,11 +310,17 @@ struct MakePortableAvx2 {
 constexpr QKernelSet kPortableAvx2Set =
     make_qset<MakePortableAvx2>(std::make_integer_sequence<int, kMaxMR * kMaxNB>{});
 
+// F16C from CPUID leaf 1 (ECX bit 29): clang 16's __builtin_cpu_supports
+// does not know the name.
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+
 bool cpu_has_avx2_fma() {
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   }();
   return has;
 }
@@ -637,8 +646,7 @@ bool cpu_has_avx512_vnni() {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   }();
   return has;
 #else

@@ -15,7 +15,9 @@
 // `__m512 __Y = __Y;` idiom (_mm512_undefined_ps), which trips
 // -Wuninitialized when inlined; the values are never read.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #endif
 
 namespace halo::kernels::detail {
