@@ -42,9 +42,3 @@ find_program(HALO_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
 if(NOT HALO_PYTHON)
   find_program(HALO_PYTHON NAMES python3)
 endif()
-# Node for the JavaScript tests: the Node 20 that install-deps.sh --test puts in
-# .tools/node when the system's is older (Debian 12's 18), else the system's.
-find_program(HALO_NODE NAMES node PATHS ${PROJECT_SOURCE_DIR}/.tools/node/node_modules/.bin NO_DEFAULT_PATH)
-if(NOT HALO_NODE)
-  find_program(HALO_NODE NAMES node nodejs)
-endif()
