@@ -2,12 +2,14 @@
 // the input is a request body; one that parses as a JSON object is turned into
 // the chat completions body (serve/responses_api.h), which must itself parse
 // as a JSON object whose messages are a list. A store holds one response
-// ("resp_seed"), so previous_response_id is followed too. Refusals (a 400
-// naming the field) are expected.
+// ("resp_seed"), so previous_response_id is followed too; its messages then
+// go through prepare_tool_messages (tool-call arguments as JSON text, under
+// the depth rule). Refusals (a 400 naming the field) are expected.
 #include <nlohmann/json.hpp>
 
 #include "fuzz_util.h"
 #include "serve/responses_api.h"
+#include "serve/tool_messages.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   halo::fuzz::quiet();
@@ -29,6 +31,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (out.is_discarded() || !out.is_object() || !out["messages"].is_array() ||
         !r.conversation.is_array())
       __builtin_trap();
+    // The messages as the chat frontend prepares them: tool-call arguments
+    // are JSON text, parsed under the request depth rule.
+    auto messages = halo::serve::ojson::parse(r.chat_body)["messages"];
+    halo::serve::prepare_tool_messages(messages, 128);
   });
   return 0;
 }

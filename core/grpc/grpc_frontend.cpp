@@ -44,7 +44,17 @@ grpc::StatusCode grpc_code(int status) {
   }
 }
 
-grpc::Status status_of(int status, const std::string& message) {
+// The message travels in a trailer (grpc-message), which a client refuses
+// past its metadata limit (8 KiB by default): one quoting a 100 KB model name
+// left the call unanswered. It is cut to 1 KiB, on a UTF-8 boundary.
+grpc::Status status_of(int status, std::string message) {
+  constexpr size_t kMaxMessage = 1024;
+  if (message.size() > kMaxMessage) {
+    size_t n = kMaxMessage;
+    while (n > 0 && (static_cast<unsigned char>(message[n]) & 0xC0) == 0x80) --n;
+    message.resize(n);
+    message += "...";
+  }
   return grpc::Status(grpc_code(status), message);
 }
 

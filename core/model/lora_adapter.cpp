@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/file_text.h"
 #include "common/half.h"
+#include "common/json_depth.h"
 #include "model/safetensors.h"
 #include "model/weight_map.h"
 
@@ -122,7 +123,10 @@ std::map<std::string, Pair> pair_tensors(const SafetensorsFile& f) {
 LoraConfig parse_lora_config(const std::string& json_text) {
   json j;
   try {
-    j = json::parse(json_text);
+    // PEFT writes a flat object with lists of names: 16 levels is ample.
+    j = parse_json_bounded(json_text, 16);
+  } catch (const JsonTooDeep& e) {
+    throw Error(fmt::format("adapter_config.json: {}", e.what()));
   } catch (const json::exception& e) {
     throw Error(fmt::format("adapter_config.json: not valid JSON ({})", e.what()));
   }
@@ -240,7 +244,15 @@ LoraAdapter LoraAdapter::load(const fs::path& dir, const ModelConfig& base, int 
     const double alpha = lora_alpha_for(ad.config, module);
     const float scale =
         static_cast<float>(ad.config.use_rslora ? alpha / std::sqrt(double(rank)) : alpha / rank);
+    if (!std::isfinite(scale))
+      throw Error(fmt::format("{}: {}: lora_alpha {} over rank {} is not a finite scale",
+                              file.string(), module, alpha, rank));
     const std::vector<float> a = to_f32(f, *pair.a), b = to_f32(f, *pair.b);
+    // A NaN or Inf weight would turn every logit of the adapter's requests into NaN.
+    for (const auto* w : {&a, &b})
+      if (!std::all_of(w->begin(), w->end(), [](float x) { return std::isfinite(x); }))
+        throw Error(fmt::format("{}: {}: lora_{} holds NaN or Inf", file.string(), module,
+                                w == &a ? "A" : "B"));
     for (const auto& ws : it->second) {  // a fused module: B's rows per canonical slice
       LoraWeight w{ws.canonical, static_cast<int>(rank), scale, hf[1], ws.shape[0], a, {}};
       w.b.assign(b.begin() + ws.row_begin * rank, b.begin() + (ws.row_begin + ws.shape[0]) * rank);

@@ -10,6 +10,7 @@
 #include <random>
 #include <span>
 
+#include "common/json_depth.h"
 #include "serve/guided_request.h"
 #include "text/jinja/chat_template.h"
 #include "text/tokenizer/tokenizer.h"
@@ -168,20 +169,12 @@ std::string context_length_message(int max_model_len, int prompt_tokens, int max
 }
 
 json parse_request_json(const std::string& text, int max_depth, const std::string& what) {
-  // nlohmann parses iteratively, but dump() and the template's conversions
-  // recurse: refuse depth while parsing, before anything recurses over it.
-  // `depth` is the number of containers around the one that starts.
   std::string last_key;  // names the field of a number that overflows
-  json::parser_callback_t limit = [max_depth, &what, &last_key](int depth, json::parse_event_t event, json& parsed) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= max_depth)
-      throw ApiError(400, fmt::format("{} is nested deeper than {} levels (--max-request-json-depth)", what,
-                                      max_depth));
-    if (event == json::parse_event_t::key) last_key = parsed.get<std::string>();
-    return true;
-  };
   try {
-    return json::parse(text, limit);
+    return parse_json_bounded(text, max_depth, true, &last_key);
+  } catch (const JsonTooDeep&) {
+    throw ApiError(400, fmt::format("{} is nested deeper than {} levels (--max-request-json-depth)", what,
+                                    max_depth));
   } catch (const json::out_of_range& e) {
     // 1e400: nlohmann stops at the overflow (id 406); the last key read is its field.
     if (e.id == 406 && !last_key.empty())
@@ -191,6 +184,18 @@ json parse_request_json(const std::string& text, int max_depth, const std::strin
   } catch (const json::exception& e) {
     throw ApiError(400, fmt::format("{} is not valid JSON: {}", what, e.what()));
   }
+}
+
+ojson parse_ordered_body(std::string_view body) {
+  std::vector<size_t> keys;  // per open object, innermost last
+  ojson::parser_callback_t count = [&keys](int, ojson::parse_event_t event, ojson&) {
+    if (event == ojson::parse_event_t::object_start) keys.push_back(0);
+    if (event == ojson::parse_event_t::object_end) keys.pop_back();
+    if (event == ojson::parse_event_t::key && ++keys.back() > kMaxOrderedKeys)
+      throw ApiError(400, fmt::format("an object in the request body has more than {} keys", kMaxOrderedKeys));
+    return true;
+  };
+  return ojson::parse(body, count);
 }
 
 json parse_json_object(const std::string& body, int max_depth) {

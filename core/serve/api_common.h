@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -95,6 +96,14 @@ std::string context_length_message(int max_model_len, int prompt_tokens, int max
 json parse_request_json(const std::string& text, int max_depth, const std::string& what = "the request body");
 // The request body as a JSON object (400 otherwise).
 json parse_json_object(const std::string& body, int max_depth);
+// Objects of an order-keeping parse hold at most this many keys.
+constexpr size_t kMaxOrderedKeys = 10000;
+// The body again, parsed with its keys in the order the client wrote them
+// (templates print tools and arguments in that order), after
+// parse_json_object took it. An order-keeping object finds each new key by a
+// linear search, so an object of n keys costs n^2 (200,000 keys: 32 s): one
+// over kMaxOrderedKeys is a 400 before that cost is paid.
+ojson parse_ordered_body(std::string_view body);
 
 // OpenAI's tools: [{"type": "function", "function": {"name": non-empty string,
 // "description"?: string, "parameters"?: object}}]; 400 naming the index and field.

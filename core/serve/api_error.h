@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/json_depth.h"
 
 namespace halo::serve {
 
@@ -67,7 +68,7 @@ ApiError to_api_error(const std::exception_ptr& e);
 struct RequestLimits {
   // Nesting depth of request JSON (objects + arrays). Rendering a chat
   // recurses through the JSON, so a deep document would exhaust the stack.
-  int max_json_depth = 128;
+  int max_json_depth = kDefaultMaxJsonDepth;
   // Bytes of a text prompt (or rendered chat) before it is tokenized; 0:
   // kPromptBytesPerToken per token of the model's context.
   int64_t max_prompt_bytes = 0;

@@ -2,14 +2,17 @@
 
 #include <fmt/format.h>
 
+#include "common/json_depth.h"
 #include "text/guided/json_schema_regex.h"
 
 namespace halo::serve {
 
 std::string guided_schema_regex(const json& schema, const std::string& field) {
   try {
+    // A schema as JSON text: no deeper than a default request body.
     if (schema.is_string())
-      return text::guided::json_schema_to_regex(json::parse(schema.get<std::string>()));
+      return text::guided::json_schema_to_regex(
+          parse_json_bounded(schema.get_ref<const std::string&>(), kDefaultMaxJsonDepth));
     if (!schema.is_object()) throw Error("a JSON schema must be an object");
     return text::guided::json_schema_to_regex(schema);
   } catch (const json::exception& e) {
@@ -42,6 +45,10 @@ std::string choice_regex(const json& c, const std::string& what) {
   if (!c.is_array())
     throw ApiError(400, fmt::format("'{}' must be a list of strings", what), what,
                    error_code::kInvalidType);
+  // An empty list matches no text at all: refused, never left unconstrained.
+  if (c.empty())
+    throw ApiError(400, fmt::format("'{}' is an empty list: no output can match it", what), what,
+                   error_code::kInvalidValue);
   std::string alt;
   for (const auto& item : c) {
     if (!item.is_string() || item.get<std::string>().empty())
@@ -96,7 +103,7 @@ void set_guided_regex(engine::RequestOptions& o, std::string regex, const std::s
 
 void parse_guided(Fields& f, engine::RequestOptions& o) {
   if (auto r = f.string("guided_regex"); r && !r->empty()) set_guided_regex(o, *r, "guided_regex");
-  if (const json* c = f.get("guided_choice"); c && !(c->is_array() && c->empty()))
+  if (const json* c = f.get("guided_choice"); c && !c->is_null())
     set_guided_regex(o, choice_regex(*c, "guided_choice"), "guided_choice");
   if (const json* j = f.get("guided_json"))
     set_guided_regex(o, guided_schema_regex(*j, "guided_json"), "guided_json");

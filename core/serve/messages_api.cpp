@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string_view>
 
+#include "common/json_depth.h"
+
 namespace halo::serve {
 
 namespace {
@@ -169,7 +171,7 @@ void add_tool_choice(const ojson& tc, ojson& out) {
 }  // namespace
 
 std::string messages_to_chat_body(const std::string& body) {
-  const ojson in = ojson::parse(body);  // parsed once already, within the depth limit
+  const ojson in = parse_ordered_body(body);  // parsed once already, within the depth limit
   ojson out = ojson::object();
   if (!in.contains("model") || !in["model"].is_string())
     bad("model", "'model' (a string) is required", error_code::kMissingParameter);
@@ -334,8 +336,13 @@ void MessageBlocks::close(std::string* events) {
   open_ = false;
   ojson& b = content_.back();
   if (b["type"] == "tool_use") {
-    // The arguments as generated; a call cut off (max_tokens) keeps an empty input.
-    ojson input = ojson::parse(args_, nullptr, false);
+    // The arguments as generated; a call cut off (max_tokens), or nested past
+    // any request's limit, keeps an empty input.
+    ojson input;
+    try {
+      input = parse_json_bounded<ojson>(args_, kDefaultMaxJsonDepth, false);
+    } catch (const JsonTooDeep&) {
+    }
     b["input"] = input.is_object() ? std::move(input) : ojson::object();
     args_.clear();
   }

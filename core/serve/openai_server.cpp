@@ -728,9 +728,9 @@ std::string OpenAIServer::render_chat(const Model& m, Fields& f, std::string_vie
   // Fields' JSON has its keys sorted; the template prints messages and tools
   // (their JSON schemas, arguments) in the client's order, as Python would.
   // The body parsed once already, within the depth limit (parse_request).
-  const ojson ordered = ojson::parse(body);
+  const ojson ordered = parse_ordered_body(body);
   rr.messages = ordered["messages"];
-  prepare_tool_messages(rr.messages);
+  prepare_tool_messages(rr.messages, ctx_.core().limits().max_json_depth);
   if (const json* tools = f.get("tools")) {
     validate_tools(*tools);
     rr.tools = ordered["tools"];

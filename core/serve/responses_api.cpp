@@ -262,7 +262,7 @@ ojson previous_conversation(const ojson& in, ResponseStore& store) {
 }  // namespace
 
 ResponsesRequest responses_to_chat(const std::string& body, ResponseStore& store) {
-  const ojson in = ojson::parse(body);  // parsed once already, within the depth limit
+  const ojson in = parse_ordered_body(body);  // parsed once already, within the depth limit
   check_refused(in);
   ResponsesRequest r;
   r.echo = echo_fields(in);

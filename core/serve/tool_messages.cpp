@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "common/json_depth.h"
+
 namespace halo::serve {
 
 namespace {
@@ -11,7 +13,7 @@ namespace {
                  error_code::kInvalidValue);
 }
 
-void prepare_tool_calls(ojson& msg, size_t i) {
+void prepare_tool_calls(ojson& msg, size_t i, int max_depth) {
   ojson& calls = msg["tool_calls"];
   if (calls.is_null()) return;
   if (!calls.is_array()) bad(i, ".tool_calls", "must be a list");
@@ -28,7 +30,14 @@ void prepare_tool_calls(ojson& msg, size_t i) {
     if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;  // an object already
     // Text that is no JSON object (a call cut off by max_tokens, sent back by
     // an agent) stays text: the template prints it as it is.
-    ojson args = ojson::parse(fn["arguments"].get<std::string>(), nullptr, false);
+    ojson args;
+    try {
+      args = parse_json_bounded<ojson>(fn["arguments"].get_ref<const std::string&>(), max_depth,
+                                       false);
+    } catch (const JsonTooDeep& e) {
+      bad(i, at + ".function.arguments",
+          fmt::format("is JSON {} (--max-request-json-depth)", e.what()));
+    }
     if (!args.is_discarded() && args.is_object()) fn["arguments"] = std::move(args);
   }
   if (msg.contains("content") && msg["content"].is_null()) msg["content"] = "";
@@ -36,12 +45,12 @@ void prepare_tool_calls(ojson& msg, size_t i) {
 
 }  // namespace
 
-void prepare_tool_messages(ojson& messages) {
+void prepare_tool_messages(ojson& messages, int max_depth) {
   for (size_t i = 0; i < messages.size(); ++i) {
     ojson& msg = messages[i];
     const std::string& role = msg["role"].get_ref<const std::string&>();
     if (role == "assistant" && msg.contains("tool_calls")) {
-      prepare_tool_calls(msg, i);
+      prepare_tool_calls(msg, i, max_depth);
     } else if (role == "tool") {
       if (!msg.contains("tool_call_id") || !msg["tool_call_id"].is_string())
         bad(i, "",

@@ -4,7 +4,8 @@
 // the model's own template:
 //   - an assistant message's tool_calls[j].function.arguments given as JSON
 //     text (as the API carries it) becomes the object it encodes (text that
-//     encodes no object stays text);
+//     encodes no object stays text); JSON text nested `max_depth` levels or
+//     deeper is a 400 naming the field, as a body that deep is;
 //   - an assistant `content` of null beside tool_calls becomes "";
 //   - a `tool` message must carry a string `tool_call_id`.
 // A 400 naming messages[i]... for a malformed tool call or tool message.
@@ -13,6 +14,6 @@
 
 namespace halo::serve {
 
-void prepare_tool_messages(ojson& messages);
+void prepare_tool_messages(ojson& messages, int max_depth);
 
 }  // namespace halo::serve

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "common/error.h"
+#include "common/json_depth.h"
 #include "serve/api_common.h"
 #include "serve/engine_args.h"
 #include "serve/model_loading.h"
@@ -263,7 +264,7 @@ std::string PyEngine::render_chat(const std::string& messages_json, bool add_gen
     rr.messages = nlohmann::ordered_json::parse(messages_json);
     // Tool history as the server prepares it (and vLLM's LLM.chat): arguments
     // as objects, an assistant content of None beside tool_calls as "".
-    serve::prepare_tool_messages(rr.messages);
+    serve::prepare_tool_messages(rr.messages, kDefaultMaxJsonDepth);
     if (tools_json != nullptr) rr.tools = nlohmann::ordered_json::parse(*tools_json);
     if (kwargs_json != nullptr)
       rr.chat_template_kwargs = nlohmann::ordered_json::parse(*kwargs_json);

@@ -108,6 +108,40 @@ TEST(LoraAdapter, FusedModulesAreCutIntoCanonicalProjections) {
   EXPECT_EQ(joined, whole);
 }
 
+// adapter_config.json nested 100,000 deep crashed POST /v1/load_lora_adapter (issue 42).
+TEST(LoraAdapter, ADeeplyNestedConfigIsRefused) {
+  const std::string deep =
+      R"({"r": 8, "target_modules": )" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  try {
+    parse_lora_config(deep);
+    ADD_FAILURE() << "accepted";
+  } catch (const halo::Error& e) {
+    EXPECT_STREQ(e.what(), "adapter_config.json: nested deeper than 16 levels");
+  }
+}
+
+// NaN/Inf weights and a scale that overflows loaded and gave NaN logits (issue 42).
+TEST(LoraAdapter, NonFiniteWeightsAndScalesAreRefused) {
+  TempDir t;
+  const ModelConfig base = pkgchat();
+  MAKE_LORA(pkgchat_dir(), t / "alpha", "");
+  std::ofstream(t / "alpha" / "adapter_config.json")
+      << R"({"r": 8, "lora_alpha": 1e308, "target_modules": ["q_proj", "v_proj"]})";
+  EXPECT_NE(load_error(t / "alpha", base).find("is not a finite scale"), std::string::npos)
+      << load_error(t / "alpha", base);
+  // The first tensor's first element set to all-ones bits: NaN in fp32, bf16 and fp16.
+  MAKE_LORA(pkgchat_dir(), t / "nan", "");
+  const auto st = t / "nan" / "adapter_model.safetensors";
+  std::fstream io(st, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header = 0;
+  io.read(reinterpret_cast<char*>(&header), 8);
+  io.seekp(static_cast<std::streamoff>(8 + header));
+  io.write("\xff\xff\xff\xff", 4);
+  io.close();
+  EXPECT_NE(load_error(t / "nan", base).find("holds NaN or Inf"), std::string::npos)
+      << load_error(t / "nan", base);
+}
+
 TEST(LoraAdapter, RefusedByName) {
   TempDir t;
   const ModelConfig base = pkgchat();

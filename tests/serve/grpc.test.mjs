@@ -322,6 +322,14 @@ describe('gRPC frontend on the demo model', () => {
 
     await rejectsWith(call(client, 'ModelMetadata', { name: 'no-such-model' }), Status.NOT_FOUND);
     await rejectsWith(call(client, 'ModelConfig', { name: 'no-such-model' }), Status.NOT_FOUND);
+    // A 100 KB model name: the status message (a trailer, within the client's
+    // 8 KiB metadata limit) names it by its start, and the call is answered
+    // (issue 42: it was never answered and the channel hung).
+    const long = 'm'.repeat(100000);
+    await rejectsWith(call(client, 'ModelMetadata', { name: long }, { timeoutMs: scaled(10000) }), Status.NOT_FOUND,
+      /^[^]{0,300}m{100}[^]{0,1100}$/);
+    await rejectsWith(call(client, 'ModelConfig', { name: long }, { timeoutMs: scaled(10000) }), Status.NOT_FOUND);
+    assert.equal((await call(client, 'ServerLive', {})).live, true);
   });
 
   test('ModelInfer with typed contents: the HTTP generate text', async () => {

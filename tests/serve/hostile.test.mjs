@@ -114,6 +114,39 @@ const DEEP = [
   ['SageMaker /invocations: deep inputs', '/invocations', `{"inputs":${deepObj()}}`],
 ];
 
+// JSON text inside string fields, and schemas and regexes that nest: one
+// depth rule for all of them (issue 42: each of these crashed the server).
+const DEEP_TEXT = 20000;
+const deepText = JSON.stringify(`{"a":${deepArr(DEEP_TEXT)}}`);
+const toolCallTurn = `[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1",` +
+  `"type":"function","function":{"name":"f","arguments":${deepText}}}]},{"role":"tool","tool_call_id":"c1","content":"y"}]`;
+const refChain = () => {
+  const defs = {};
+  for (let i = 0; i < 10000; i++) defs[`d${i}`] = { $ref: `#/$defs/d${i + 1}` };
+  defs.d10000 = { type: 'string' };
+  return JSON.stringify({ $defs: defs, $ref: '#/$defs/d0' });
+};
+DEEP.push(
+  ['tool_calls[0].function.arguments: JSON text 20,000 deep', CHAT, chatRaw('', '"x"').replace(
+    /"messages":\[[^\]]*\]/, `"messages":${toolCallTurn}`)],
+  ['chat render: tool-call arguments 20,000 deep', `${CHAT}/render`,
+    `{"model":"${MODEL}","messages":${toolCallTurn}}`],
+  ['/tokenize: tool-call arguments 20,000 deep', '/tokenize', `{"model":"${MODEL}","messages":${toolCallTurn}}`],
+  ['Responses function_call.arguments 20,000 deep', '/v1/responses', `{"model":"${MODEL}","max_output_tokens":4,` +
+    `"input":[{"type":"function_call","call_id":"c1","name":"f","arguments":${deepText}},` +
+    '{"type":"function_call_output","call_id":"c1","output":"y"}]}'],
+  ['guided_json as JSON text 10,000 deep', CHAT, chatRaw(`,"guided_json":${JSON.stringify(deepObj(10000))}`)],
+  ['structured_outputs.json as JSON text 2,000 deep', CHAT,
+    chatRaw(`,"structured_outputs":{"json":${JSON.stringify(deepObj(2000))}}`)],
+  ['response_format schema as JSON text 10,000 deep', CHAT, chatRaw(
+    `,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":${JSON.stringify(deepObj(10000))}}}`)],
+  ['guided_regex of 20,000 nested groups', CHAT,
+    chatRaw(`,"guided_regex":"${'('.repeat(20000)}a${')'.repeat(20000)}"`)],
+  ['guided_json: a $ref chain of 10,000 $defs', CHAT, chatRaw(`,"guided_json":${refChain()}`)],
+  ['guided_json: $ref to an index past any integer', CHAT, chatRaw(
+    ',"guided_json":{"$defs":{"a":[{"type":"string"}]},"$ref":"#/$defs/a/99999999999999999999"}')],
+);
+
 describe('1. deeply nested JSON (12,000 levels): 4xx, no crash', () => {
   for (const [name, path, body] of DEEP) {
     test(name, T, () => hostile('main', async (s) => want4xx(await post(`${s.url}${path}`, body))));
@@ -198,6 +231,17 @@ const STALLS = [
       `Content-Length: ${25 * MiB}\r\n\r\n{"model": "${MODEL}", "prompt": "word word`;
     const r = await rawExchange(s.port, head, { timeoutMs: 5000 });
     return { status: r.statuses[0] ?? `error: ${r.error ?? 'no answer'}`, text: r.data, json: null };
+  }],
+  // An order-keeping parse of one 200,000-key object took 32 s (issue 42).
+  ['chat, Responses and Messages bodies with one object of 200,000 keys', 'main', async (s) => {
+    const wide = Object.fromEntries(Array.from({ length: 200000 }, (_, i) => [`k${i}`, i]));
+    const opts = { timeoutMs: 12000 };
+    return [
+      await post(`${s.url}${CHAT}`, chatBody({ messages: [{ role: 'user', content: 'x', metadata: wide }] }), opts),
+      await post(`${s.url}/v1/responses`, { model: MODEL, input: 'x', metadata: wide }, opts),
+      await post(`${s.url}/v1/messages`,
+        { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: 'x' }], metadata: wide }, opts),
+    ];
   }],
   ['1 MB of combining characters as one prompt', 'main', (s) =>
     post(`${s.url}${CMPL}`, { model: MODEL, prompt: `a${'\u0301'.repeat(MiB / 2)}`, max_tokens: 4 }, { timeoutMs: 12000 })],

@@ -17,8 +17,10 @@
 #include <gtest/gtest.h>
 
 #include "serve/api_common.h"
+#include "serve/guided_request.h"
 #include "serve/http_server.h"
 #include "serve/preprocess_pool.h"
+#include "serve/tool_messages.h"
 #include "text/jinja/chat_template.h"
 
 namespace halo::serve {
@@ -277,6 +279,101 @@ TEST(RequestJson, DepthIsLimitedWhileParsing) {
   } catch (const ApiError& e) {
     EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos);
   }
+}
+
+// JSON text inside a string field gets the same rule (issue 42: 20,000 levels
+// in tool_calls[].function.arguments crashed /v1/chat/completions).
+TEST(RequestJson, JsonTextInsideStringsHasTheSameDepthRule) {
+  auto messages = [](const std::string& args) {
+    ojson m = ojson::array();
+    m.push_back({{"role", "user"}, {"content", "hi"}});
+    m.push_back({{"role", "assistant"},
+                 {"content", nullptr},
+                 {"tool_calls", {{{"id", "c1"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", args}}}}}}});
+    return m;
+  };
+  for (int depth : {129, 20000}) {
+    ojson m = messages(R"({"a": )" + nested(depth) + "}");
+    try {
+      prepare_tool_messages(m, 128);
+      ADD_FAILURE() << "accepted depth " << depth;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_NE(std::string(e.what()).find("messages[1].tool_calls[0].function.arguments"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("deeper than 128 levels"), std::string::npos) << e.what();
+    }
+  }
+  // Within the limit: the object it encodes; text that is no JSON stays text.
+  ojson ok = messages(R"({"a": )" + nested(100) + "}");
+  prepare_tool_messages(ok, 128);
+  EXPECT_TRUE(ok[1]["tool_calls"][0]["function"]["arguments"].is_object());
+  ojson cut = messages(R"({"a": [1, 2)");
+  prepare_tool_messages(cut, 128);
+  EXPECT_EQ(cut[1]["tool_calls"][0]["function"]["arguments"], R"({"a": [1, 2)");
+}
+
+// An order-keeping parse costs n^2 in an object's keys: bounded (issue 42).
+TEST(RequestJson, OrderedParseRefusesAnObjectOfTooManyKeys) {
+  auto object_of = [](size_t n) {
+    std::string s = "{";
+    for (size_t i = 0; i < n; ++i) s += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":1";
+    return s + "}";
+  };
+  const ojson ok = parse_ordered_body(R"({"b": 1, "messages": [)" + object_of(kMaxOrderedKeys) + R"(], "a": 2})");
+  EXPECT_EQ(ok.begin().key(), "b");  // the client's order
+  EXPECT_EQ(ok["messages"][0].size(), kMaxOrderedKeys);
+  try {
+    parse_ordered_body(R"({"messages": [{"x": )" + object_of(200000) + "}]}");
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("more than 10000 keys"), std::string::npos) << e.what();
+  }
+}
+
+// A schema given as JSON text, and schemas that recurse through $ref, are
+// bounded before anything recurses over them (issue 42: crashes at 10,000).
+TEST(RequestJson, SchemasAsTextAndRefChainsAreBounded) {
+  auto refused = [](const json& schema, const std::string& needle) {
+    try {
+      guided_schema_regex(schema, "guided_json");
+      ADD_FAILURE() << "accepted " << schema.dump().substr(0, 80);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(std::string(e.what()).rfind("'guided_json': ", 0), 0u) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_LT(std::string(e.what()).size(), 600u);
+    }
+  };
+  refused(json(R"({"type": "object", "default": )" + nested(10000) + "}"), "deeper than 128 levels");
+  refused(json(R"({"type": "object", "default": )" + nested(2000) + "}"), "deeper than 128 levels");
+  // 10,000 $defs, each a $ref to the next (a 358 KB body of depth 4).
+  json defs = json::object();
+  for (int i = 0; i < 10000; ++i) defs["d" + std::to_string(i)] = {{"$ref", "#/$defs/d" + std::to_string(i + 1)}};
+  defs["d10000"] = {{"type", "string"}};
+  refused(json{{"$defs", defs}, {"$ref", "#/$defs/d0"}}, "nested deeper than 64 schemas");
+  // A chain within the bound converts.
+  json short_defs = json::object();
+  for (int i = 0; i < 30; ++i) short_defs["d" + std::to_string(i)] = {{"$ref", "#/$defs/d" + std::to_string(i + 1)}};
+  short_defs["d30"] = {{"type", "string"}};
+  EXPECT_NO_THROW(guided_schema_regex(json{{"$defs", short_defs}, {"$ref", "#/$defs/d0"}}, "guided_json"));
+  // guided_choice [] was silently unconstrained (issue 42).
+  {
+    json body = {{"guided_choice", json::array()}};
+    Fields f(body);
+    engine::RequestOptions o;
+    try {
+      parse_guided(f, o);
+      ADD_FAILURE() << "accepted an empty guided_choice";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_NE(std::string(e.what()).find("'guided_choice' is an empty list"), std::string::npos) << e.what();
+    }
+  }
+  // An array index too large for any integer type: a 400, not a 500 (stoul).
+  refused(json::parse(R"({"$defs": {"a": [{"type": "string"}]}, "$ref": "#/$defs/a/99999999999999999999"})"),
+          "does not resolve");
 }
 
 // ------------------------------------------------------------ request fields

@@ -295,6 +295,28 @@ TEST(ByteDfa, RefusesUnsupportedSyntax) {
   }
 }
 
+// Groups nest at most 1000 deep (issue 42: 20,000 crashed the server), and an
+// error quotes a long regex by its start only.
+TEST(ByteDfa, GroupDepthIsBoundedAndErrorsStayShort) {
+  const auto nest = [](int n) {
+    return std::string(size_t(n), '(') + "a" + std::string(size_t(n), ')');
+  };
+  EXPECT_NO_THROW(ByteDfa::compile(nest(1000)));
+  for (int n : {1001, 20000}) {
+    try {
+      ByteDfa::compile(nest(n));
+      ADD_FAILURE() << "accepted " << n << " nested groups";
+    } catch (const halo::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("groups nested deeper than 1000 at offset 1000"), std::string::npos)
+          << msg;
+      EXPECT_LT(msg.size(), 400u) << msg.substr(0, 400);
+      EXPECT_NE(msg.find("(" + std::to_string(2 * n + 1) + " bytes)"), std::string::npos)
+          << msg.substr(0, 400);
+    }
+  }
+}
+
 TEST(ByteDfa, StateLimit) {
   // The n-th symbol from the end is an 'a': 2^n DFA states.
   const std::string p = "(a|b)*a(a|b){12}";

@@ -19,6 +19,8 @@ const std::string kInteger = "-?(?:0|[1-9][0-9]*)";
 const std::string kNumber = kInteger + R"((?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)";
 const std::string kColon = ": ?";
 const std::string kComma = ", ?";
+// Schemas within schemas, $ref chains included (json_schema_regex.h).
+constexpr int kMaxSchemaDepth = 64;
 
 const std::string kDate = "[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])";
 const std::string kTime =
@@ -170,7 +172,24 @@ class Converter {
  public:
   explicit Converter(const Json& root) : root_(root) {}
 
+  // Every schema inside another, and every $ref followed, is one level: the
+  // conversion recurses, so its depth is bounded (a chain of 10,000 $defs is
+  // refused, not a stack overflow).
   std::string convert(const Json& s, const std::string& ptr) {
+    if (depth_ >= kMaxSchemaDepth)
+      fail("nested deeper than " + std::to_string(kMaxSchemaDepth) +
+               " schemas (each $ref counts as one)",
+           ptr);
+    ++depth_;
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
+    return convert_schema(s, ptr);
+  }
+
+ private:
+  std::string convert_schema(const Json& s, const std::string& ptr) {
     if (s.is_boolean()) {
       if (s.template get<bool>()) return json_value_regex(3);
       fail("the schema false matches nothing", ptr);
@@ -266,6 +285,7 @@ class Converter {
  private:
   const Json& root_;
   std::vector<std::string> ref_stack_;
+  int depth_ = 0;
 
   [[noreturn]] static void fail(const std::string& what, const std::string& ptr) {
     throw Error("JSON schema: " + what + " at " + (ptr.empty() ? std::string("/") : ptr));
@@ -327,7 +347,7 @@ class Converter {
       }
       if (node->is_object() && node->contains(key)) {
         node = &(*node)[key];
-      } else if (node->is_array() && !key.empty() &&
+      } else if (node->is_array() && !key.empty() && key.size() <= 9 &&
                  key.find_first_not_of("0123456789") == std::string::npos &&
                  std::stoul(key) < node->size()) {
         node = &(*node)[std::stoul(key)];

@@ -38,6 +38,8 @@
 //   exclusiveMinimum/Maximum numbers (draft 6+); refused on type number
 //   ignored                  title, description, default, examples, $schema, $id,
 //                            $comment, $defs, definitions
+// Schemas nest at most 64 deep, each $ref followed counting as one level
+// (an agent's deepest tool schemas nest about 10).
 // Anything else throws halo::Error naming the keyword and its JSON pointer
 // ("JSON schema: unsupported keyword 'not' at /properties/x").
 //

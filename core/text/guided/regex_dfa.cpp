@@ -15,7 +15,17 @@ namespace halo::text::guided {
 namespace {
 
 constexpr int kMaxRepeat = 1000;
+// Groups within groups: the parser and the NFA builder recurse once per level.
+constexpr int kMaxGroupDepth = 1000;
 constexpr size_t kMaxNfaStates = 4'000'000;
+
+// A regex as errors quote it: by its start only, since one generated from a
+// schema can be megabytes long.
+std::string quoted(std::string_view pattern) {
+  if (pattern.size() <= 200) return "'" + std::string(pattern) + "'";
+  return "'" + std::string(pattern.substr(0, 200)) + "...' (" + std::to_string(pattern.size()) +
+         " bytes)";
+}
 
 // ASCII classes of \d \w \s.
 CpSet class_set(char c) {
@@ -55,12 +65,13 @@ class Parser {
 
   [[noreturn]] void fail(const std::string& what) const { fail_at(what, pos_); }
   [[noreturn]] void fail_at(const std::string& what, size_t at) const {
-    throw Error("regex '" + std::string(p_) + "': " + what + " at offset " + std::to_string(at));
+    throw Error("regex " + quoted(p_) + ": " + what + " at offset " + std::to_string(at));
   }
 
  private:
   std::string_view p_;
   size_t pos_ = 0, end_ = 0;
+  int depth_ = 0;  // groups open
 
   // Whether the character at i is preceded by an odd number of backslashes.
   bool escaped_at(size_t i) const {
@@ -275,7 +286,11 @@ class Parser {
             fail_at("unsupported (? group", at);
           }
         }
+        // Parsing, and every walk of the tree after it, recurse per group.
+        if (++depth_ > kMaxGroupDepth)
+          fail_at("groups nested deeper than " + std::to_string(kMaxGroupDepth), at);
         const int inner = parse_alt();
+        --depth_;
         if (!more() || peek() != ')') fail_at("unbalanced '('", at);
         ++pos_;
         return inner;
@@ -639,7 +654,7 @@ ByteDfa ByteDfa::compile(std::string_view pattern, size_t max_states) {
     auto it = ids.find(set);
     if (it != ids.end()) return it->second;
     if (sets.size() >= max_states) {
-      throw Error("regex '" + std::string(pattern) + "': the DFA would exceed " +
+      throw Error("regex " + quoted(pattern) + ": the DFA would exceed " +
                   std::to_string(max_states) + " states");
     }
     const auto id = static_cast<int32_t>(sets.size());
