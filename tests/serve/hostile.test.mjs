@@ -235,7 +235,7 @@ const STALLS = [
   // An order-keeping parse of one 200,000-key object took 32 s (issue 42).
   ['chat, Responses and Messages bodies with one object of 200,000 keys', 'main', async (s) => {
     const wide = Object.fromEntries(Array.from({ length: 200000 }, (_, i) => [`k${i}`, i]));
-    const opts = { timeoutMs: 12000 };
+    const opts = { timeoutMs: scaled(12000) };
     return [
       await post(`${s.url}${CHAT}`, chatBody({ messages: [{ role: 'user', content: 'x', metadata: wide }] }), opts),
       await post(`${s.url}/v1/responses`, { model: MODEL, input: 'x', metadata: wide }, opts),
