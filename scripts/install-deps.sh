@@ -67,7 +67,7 @@ fi
 # The Node tests need Node >= 20 (node-llama-cpp, the OpenAI Agents SDK), as CI
 # has; Debian 12 ships 18. npm's node-<os>-<arch> package is the official
 # binary: it goes to .tools/node (git-ignored), which CMake's HALO_NODE prefers
-# (cmake/HaloDependencies.cmake).
+# (tests/CMakeLists.txt).
 node_pin=20.20.2
 ensure_node20() {
   local here="$1" major arch

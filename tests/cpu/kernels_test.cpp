@@ -11,7 +11,6 @@
 #include "halo/kernels/kernels.h"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -83,9 +82,7 @@ __attribute__((target("f16c"))) uint16_t hw_f32_to_f16(float f) {
 }
 
 TEST(Convert, F16MatchesF16C) {
-  // CPUID.1:ECX.F16C (clang 16's __builtin_cpu_supports lacks the name).
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & bit_F16C) == 0) GTEST_SKIP() << "no F16C";
+  if (!k::cpu_has_f16c()) GTEST_SKIP() << "no F16C";
   for (uint32_t h = 0; h < 0x10000; ++h) {
     const float a = k::f16_to_f32(static_cast<uint16_t>(h)), b = hw_f16_to_f32(static_cast<uint16_t>(h));
     if (std::isnan(b)) {

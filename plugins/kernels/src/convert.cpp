@@ -1,6 +1,10 @@
 #include "halo/kernels/dtype.h"
 #include "simd.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 namespace halo::kernels {
 
 const char* dtype_name(DType t) {
@@ -10,6 +14,15 @@ const char* dtype_name(DType t) {
     case DType::F16: return "fp16";
   }
   return "?";
+}
+
+bool cpu_has_f16c() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+#else
+  return false;
+#endif
 }
 
 uint16_t f32_to_bf16(float f) {

@@ -52,7 +52,6 @@
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define HALO_HAVE_VNNI_PATH 1
 // See simd.cpp: GCC 12's AVX-512 headers trip -Wuninitialized when inlined.
@@ -309,13 +308,6 @@ struct MakePortableAvx2 {
 };
 constexpr QKernelSet kPortableAvx2Set =
     make_qset<MakePortableAvx2>(std::make_integer_sequence<int, kMaxMR * kMaxNB>{});
-
-// F16C from CPUID leaf 1 (ECX bit 29): clang 16's __builtin_cpu_supports
-// does not know the name.
-bool cpu_has_f16c() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
-}
 
 bool cpu_has_avx2_fma() {
   static const bool has = [] {

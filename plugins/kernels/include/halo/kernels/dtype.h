@@ -27,6 +27,9 @@ inline uint32_t f32_to_bits(float f) {
 inline float bf16_to_f32(uint16_t h) { return bits_to_f32(static_cast<uint32_t>(h) << 16); }
 uint16_t f32_to_bf16(float f);  // round to nearest even, NaN stays NaN
 float f16_to_f32(uint16_t h);   // exact, handles subnormals, inf, NaN
+// Whether the CPU has F16C (CPUID leaf 1, ECX bit 29; clang 16's
+// __builtin_cpu_supports does not know the name). False off x86-64.
+bool cpu_has_f16c();
 uint16_t f32_to_f16(float f);   // round to nearest even, overflow -> inf
 
 // dst[i] = float(src[i]) for n elements of type t.
