@@ -51,7 +51,16 @@ class Sampler {
  private:
   void penalize(std::span<float> logits, const SamplingParams& p, std::span<const int32_t> prompt,
                 std::span<const int32_t> output);
-  std::vector<int32_t> order_;   // scratch: candidate ids sorted by logit
+  void select_candidates(std::span<const float> logits, const SamplingParams& p);
+  void cut_top_p(float top_p, std::vector<float>& w);
+  // Higher logit first, lower id first among equals: one total order, so any
+  // sorted prefix is the prefix of the full sort.
+  static auto by_logit(std::span<const float> logits) {
+    return [logits](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+  }
+  std::vector<int32_t> order_;   // scratch: candidate ids, the most likely first
   std::vector<int32_t> counts_;  // scratch: output token counts
   std::vector<float> raw_;       // scratch: logits before processing
   TokenDist dist_;
