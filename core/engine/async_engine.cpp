@@ -132,6 +132,7 @@ std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& reque
     req->opts.sampling.guide =
         grammar ? guides_.get(text::guided::ConstraintKind::kGrammar, options.guided_grammar, what)
                 : guides_.get(text::guided::ConstraintKind::kRegex, options.guided_regex, what);
+    check_min_tokens_fit(req->opts.sampling, what);
   }
   req->arrival = Clock::now();
   req->buffer_all = best_of > options.n;
@@ -150,6 +151,19 @@ std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& reque
   }
   cv_.notify_all();
   return req->stream;
+}
+
+// min_tokens beyond the longest text of the constraint cannot be honoured
+// without leaving it: refused, naming both (every token adds at least one
+// byte). With a reasoning gate the reasoning's tokens count too: not checked.
+void AsyncEngine::check_min_tokens_fit(const SamplingParams& s, const std::string& what) {
+  if (s.min_tokens <= 0 || s.guide_gate.active()) return;
+  const auto most = s.guide->max_text_bytes();
+  if (most && static_cast<size_t>(s.min_tokens) > *most)
+    throw FieldError("min_tokens",
+                     fmt::format("min_tokens={} is more than {} allows: its longest text is {} "
+                                 "byte{}, and every token adds at least one",
+                                 s.min_tokens, what, *most, *most == 1 ? "" : "s"));
 }
 
 void AsyncEngine::check_beam_options(const RequestOptions& o) const {

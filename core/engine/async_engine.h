@@ -162,6 +162,7 @@ class AsyncEngine {
   void process(const RequestOutput& out);
   void process_beams(Request& req, const RequestOutput& out);
   void check_beam_options(const RequestOptions& options) const;
+  static void check_min_tokens_fit(const SamplingParams& sampling, const std::string& what);
   void finish_choice(Request& req, Choice& choice, StreamEvent ev);
   void fail_all(const std::string& message);
   void log_stats_if_due();

@@ -614,9 +614,13 @@ void LLMEngine::apply_guide(const SamplingParams& p, GuideCursor c, size_t outpu
   const float think_logit = think >= 0 && think < vocab ? logits[static_cast<size_t>(think)] : 0.0f;
   bool any = text::guided::apply_mask(*g.allowed(c.state), g.vocab_size(), logits.data(), vocab);
   if (think >= 0 && think < vocab) logits[static_cast<size_t>(think)] = think_logit, any = true;
+  // EOS keeps its logit where the text is complete, -inf included (min_tokens
+  // not reached yet). When nothing else may follow, the constraint wins over
+  // min_tokens: a dead end ends the sequence rather than leave every token
+  // masked (which sampled one outside the language).
   if (complete)
-    for (const auto& [e, v] : eos) logits[static_cast<size_t>(e)] = v, any = true;
-  if (!any && !eos.empty()) logits[static_cast<size_t>(eos[0].first)] = 0.0f;  // a dead end: end it
+    for (const auto& [e, v] : eos) logits[static_cast<size_t>(e)] = v, any |= v != -INFINITY;
+  if (!any && !eos.empty()) logits[static_cast<size_t>(eos[0].first)] = 0.0f;
 }
 
 std::vector<KvCacheEvent> LLMEngine::take_kv_events() { return blocks_->take_events(); }

@@ -329,3 +329,48 @@ TEST(EngineGuided, AReasoningGateDefersTheGuideUntilItsEndToken) {
   EXPECT_TRUE(std::regex_match(digits_after(f.token_ids, k + 1), std::regex("[0-9]{3}")));
 
 }
+
+// min_tokens beyond the longest text of the constraint: refused (naming both)
+// when the guide holds from the first token; with a reasoning gate (whose
+// tokens count) it is taken, and the constraint wins over min_tokens at the
+// end: the text stays in the language and ends, never one token outside it.
+TEST(EngineGuided, MinTokensBeyondTheConstraintIsRefusedOrLosesToIt) {
+  auto tok = text::Tokenizer::from_model_dir(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m");
+  AsyncEngine eng(config(), demo_model(), tok);
+  auto prompt = tok.encode("<s><|user|>\nWhat is curl?<|end|>\n<|assistant|>\n", false);
+  RequestOptions o;
+  o.sampling = greedy(30);
+  o.sampling.ignore_eos = false;
+  o.sampling.min_tokens = 20;
+  for (const char* re : {"ab", "(true|false)", "[0-9]{3}"}) {
+    o.guided_regex = re;
+    try {
+      eng.add_request("m", prompt, o);
+      ADD_FAILURE() << re << ": accepted";
+    } catch (const FieldError& e) {
+      EXPECT_EQ(e.field(), "min_tokens");
+      EXPECT_NE(std::string(e.what()).find("guided_regex"), std::string::npos) << e.what();
+    }
+  }
+  o.guided_regex = "[0-9]+";  // unbounded: taken
+  EXPECT_NO_THROW(eng.generate({{prompt, o}}));
+  o.sampling.min_tokens = 3;  // within the bound: taken
+  o.guided_regex = "[0-9]{3}";
+  EXPECT_NO_THROW(eng.generate({{prompt, o}}));
+
+  o.sampling.min_tokens = 25;
+  const std::vector<int32_t> free_ids = [&] {
+    RequestOptions f;
+    f.sampling = greedy(4);
+    return eng.generate({{prompt, f}})[0].choices.at(0).token_ids;
+  }();
+  o.sampling.guide_gate = ReasoningGate{-1, free_ids[1], true};  // opened by the prompt
+  auto c = eng.generate({{prompt, o}})[0].choices.at(0);
+  const auto end = std::find(c.token_ids.begin(), c.token_ids.end(), free_ids[1]);
+  ASSERT_NE(end, c.token_ids.end());
+  // Special tokens kept: a token outside the language (the bug sampled one
+  // with every logit at -inf) shows, whatever it decodes to.
+  const std::string answer = tok.decode(std::vector<int32_t>(end + 1, c.token_ids.end()), false);
+  EXPECT_TRUE(std::regex_match(answer, std::regex("[0-9]{3}(</s>|<\\|end\\|>)?"))) << answer;
+  EXPECT_LT(c.token_ids.size(), 25u);
+}

@@ -63,6 +63,16 @@ const CASES = [
     'guided_grammar', /grammar: line 1: unbalanced '\('/],
   ['grammar not a string', '/v1/chat/completions', chat({ guided_grammar: ['root ::= "a"'] }), 400,
     'guided_grammar', /non-empty string/],
+  // min_tokens beyond the longest text the constraint allows (the inputs):
+  // refused naming both, instead of tokens outside the constraint.
+  ['min_tokens beyond guided_json boolean', '/v1/chat/completions',
+    chat({ guided_json: { type: 'boolean' }, min_tokens: 50, max_tokens: 60 }), 400, 'min_tokens',
+    /min_tokens=50 is more than guided_json allows: its longest text is 5 bytes/],
+  ['min_tokens beyond guided_choice', '/v1/chat/completions',
+    chat({ guided_choice: ['a'], min_tokens: 50, max_tokens: 60 }), 400, 'min_tokens', /guided_choice allows: .* 1 byte,/],
+  ['min_tokens beyond guided_regex', '/v1/completions',
+    { model: MODEL, prompt: 'x', guided_regex: 'ab', min_tokens: 3, max_tokens: 8 }, 400, 'min_tokens',
+    /guided_regex allows: its longest text is 2 bytes/],
   ['stream with an over-long prompt is a plain 400', '/v1/chat/completions',
     chat({ stream: true, messages: [{ role: 'user', content: 'word '.repeat(600) }], max_tokens: 8 }), 400,
     'messages', CONTEXT],

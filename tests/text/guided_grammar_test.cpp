@@ -226,3 +226,44 @@ TEST(GrammarMasks, ApplyMaskLeavesOnlyAllowedTokens) {
 }
 
 }  // namespace
+
+// The longest text of a grammar, in bytes (counted by hand); nullopt when a
+// rule reaches itself (x* is such a rule).
+TEST(GrammarErrors, MaxTextBytes) {
+  const std::vector<std::pair<const char*, std::optional<size_t>>> cases = {
+      {"root ::= \"a\" b?\nb ::= \"xyz\"", 4},
+      {"root ::= (\"ab\" | \"c\"){0,3} \"!\"", 7},
+      {"root ::= [\u00e0-\u00ff] \"\u4e2d\"", 5},
+      {"root ::= \"a\"*", std::nullopt},
+      {"root ::= \"(\" root \")\" | \"x\"", std::nullopt},
+      {"root ::= w w w w w w\nw ::= x x x x x x\nx ::= \"ab\"{0,1000}", size_t{72000}}};
+  for (const auto& [gbnf, want] : cases)
+    EXPECT_EQ(g::Grammar::compile(gbnf).max_text_bytes(), want) << gbnf;
+}
+
+// A list of 11,000 words (refused as "matches no text at all" when the
+// matcher gave up past 10,000 open alternatives); far past the bound, a
+// message that says so.
+TEST(GrammarErrors, ElevenThousandAlternativesMatchAndFarMoreAreNamed) {
+  auto words = [](int n) {
+    std::string gbnf = "root ::= \"w0\"";
+    for (int i = 1; i < n; ++i) gbnf += " | \"w" + std::to_string(i) + "\"";
+    return gbnf;
+  };
+  auto m = g::make_grammar_matcher(
+      std::make_shared<const g::Grammar>(g::Grammar::compile(words(11000))));
+  for (const char* w : {"w0", "w10999", "w5000"}) {
+    const int32_t s = m->advance(m->start(), w);
+    ASSERT_NE(s, g::ByteMatcher::kDead) << w;
+    EXPECT_TRUE(m->accepting(s)) << w;
+  }
+  EXPECT_EQ(m->advance(m->start(), "w11000"), g::ByteMatcher::kDead);
+  try {
+    g::make_grammar_matcher(std::make_shared<const g::Grammar>(g::Grammar::compile(words(100001))));
+    ADD_FAILURE() << "accepted";
+  } catch (const halo::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 100000 alternatives are open at its start"),
+              std::string::npos)
+        << e.what();
+  }
+}

@@ -351,3 +351,21 @@ TEST(ByteDfa, Minimal) {
 }
 
 }  // namespace
+
+// The longest matching text, in bytes (counted by hand for each pattern);
+// nullopt for patterns with a loop.
+TEST(ByteDfa, MaxTextBytes) {
+  const std::vector<std::pair<const char*, std::optional<size_t>>> cases = {
+      {"ab", 2},
+      {"a|bcd", 3},
+      {"(yes|no)!?", 4},
+      {"[a-z]{2,5}", 5},
+      {"\\d{3}-\\d{4}", 8},
+      {"\u00e9{2}", 4},
+      {"x?", 1},
+      {"a*", std::nullopt},
+      {"(ab)+c", std::nullopt},
+      {"a{0,1000}", 1000},
+      {"[0-9]+|z", std::nullopt}};
+  for (const auto& [re, want] : cases) EXPECT_EQ(ByteDfa::compile(re).max_text_bytes(), want) << re;
+}

@@ -27,6 +27,8 @@ class DfaMatcher final : public ByteMatcher {
         vocab, state, [&d](int32_t s, uint8_t b) { return d.next(s, b); }, mask);
   }
 
+  std::optional<size_t> max_text_bytes() const override { return dfa_->max_text_bytes(); }
+
  private:
   std::shared_ptr<const ByteDfa> dfa_;
 };

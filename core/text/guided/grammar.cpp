@@ -545,4 +545,51 @@ class GrammarBuilder {
 
 Grammar Grammar::compile(std::string_view gbnf) { return GrammarBuilder(gbnf).build(); }
 
+// A depth-first walk of the rules from the root: a rule's longest text is its
+// longest alternative, one byte per byte set plus the referenced rules'
+// longest (saturating: nested counts can multiply past any size); a reference
+// back into the walk's path is a cycle.
+std::optional<size_t> Grammar::max_text_bytes() const {
+  enum : uint8_t { kNew, kOnPath, kDone };
+  constexpr size_t kCap = size_t{1} << 48;
+  std::vector<uint8_t> mark(rules_.size(), kNew);
+  std::vector<size_t> longest(rules_.size(), 0);
+  struct Visit {
+    int32_t rule;
+    size_t alt = 0, elem = 0;  // the next element to look at
+  };
+  std::vector<Visit> path{{root_}};
+  mark[static_cast<size_t>(root_)] = kOnPath;
+  while (!path.empty()) {
+    Visit& v = path.back();
+    const auto& alts = alts_of(v.rule);
+    if (v.alt == alts.size()) {
+      size_t best = 0;
+      for (int32_t a : alts) {
+        size_t len = 0;
+        for (Elem e : alt(a)) len = std::min(kCap, len + (is_rule(e) ? longest[static_cast<size_t>(rule_of(e))] : 1));
+        best = std::max(best, len);
+      }
+      longest[static_cast<size_t>(v.rule)] = best;
+      mark[static_cast<size_t>(v.rule)] = kDone;
+      path.pop_back();
+      continue;
+    }
+    const auto& elems = alt(alts[v.alt]);
+    if (v.elem == elems.size()) {
+      ++v.alt, v.elem = 0;
+      continue;
+    }
+    const Elem e = elems[v.elem++];
+    if (!is_rule(e)) continue;
+    const int32_t t = rule_of(e);
+    if (mark[static_cast<size_t>(t)] == kOnPath) return std::nullopt;
+    if (mark[static_cast<size_t>(t)] == kNew) {
+      mark[static_cast<size_t>(t)] = kOnPath;
+      path.push_back({t});  // `v` is not used past this point
+    }
+  }
+  return longest[static_cast<size_t>(root_)];
+}
+
 }  // namespace halo::text::guided

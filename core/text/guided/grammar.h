@@ -28,6 +28,7 @@
 // Immutable after compile(): any number of threads may read it.
 #include <bitset>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,9 @@ class Grammar {
   const std::vector<Elem>& alt(int32_t a) const { return alts_[static_cast<size_t>(a)]; }
   const std::bitset<256>& term(Elem e) const { return terms_[static_cast<size_t>(e)]; }
   size_t num_rules() const { return rules_.size(); }
+  // The length in bytes of the longest text of the language; nullopt when a
+  // rule can reach itself (then texts of any length are taken as possible).
+  std::optional<size_t> max_text_bytes() const;
   size_t num_alts() const { return alts_.size(); }
 
  private:

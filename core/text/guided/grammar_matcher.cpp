@@ -12,18 +12,23 @@
 // Sequences' states live in one table that keeps every configuration; the
 // walks that compute token masks use a scratch table emptied per walk, since
 // they visit many prefixes no sequence will ever be in.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/error.h"
 #include "text/guided/matchers.h"
 
 namespace halo::text::guided {
 
 namespace {
 
-constexpr int32_t kAccept = -2;        // in a configuration: the root has ended
-constexpr size_t kMaxStacks = 10'000;  // a configuration larger than this is taken as dead
+constexpr int32_t kAccept = -2;  // in a configuration: the root has ended
+// A configuration larger than this is taken as dead (at the start: refused).
+// A list of 11,000 words is one grammar people write (10,000 refused it).
+constexpr size_t kMaxStacks = 100'000;
 
 struct VecHash {
   size_t operator()(const std::vector<int32_t>& v) const {
@@ -90,6 +95,9 @@ class GrammarMatcher final : public ByteMatcher {
     std::vector<int32_t> tops;
     for (int32_t a : g_->alts_of(g_->root())) expand({a, 0, -1}, tops);
     normalize(tops);
+    if (tops.empty())
+      throw Error(
+          fmt::format("grammar: more than {} alternatives are open at its start", kMaxStacks));
     start_ = states_.intern(tops);
   }
 
@@ -112,6 +120,7 @@ class GrammarMatcher final : public ByteMatcher {
   }
 
   size_t table_bytes() const override { return states_.bytes() + frames_.size() * 48; }
+  std::optional<size_t> max_text_bytes() const override { return g_->max_text_bytes(); }
 
  private:
   std::shared_ptr<const Grammar> g_;

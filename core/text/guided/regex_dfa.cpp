@@ -614,6 +614,40 @@ bool ByteDfa::matches(std::string_view text) const {
   return accepting(s);
 }
 
+// A depth-first walk of the states from start(); every state is live, so the
+// longest text from a state is 0 past its last byte, or one byte more than
+// the longest from its successors, and an edge back into the walk's path is a
+// cycle.
+std::optional<size_t> ByteDfa::max_text_bytes() const {
+  enum : uint8_t { kNew, kOnPath, kDone };
+  std::vector<uint8_t> mark(num_states(), kNew);
+  std::vector<size_t> longest(num_states(), 0);
+  std::vector<std::pair<int32_t, int>> path{{start_, 0}};  // (state, next byte to try)
+  mark[static_cast<size_t>(start_)] = kOnPath;
+  while (!path.empty()) {
+    const int32_t s = path.back().first;
+    const int b = path.back().second++;
+    if (b == 256) {
+      size_t best = 0;
+      for (int c = 0; c < 256; ++c)
+        if (const int32_t t = next(s, static_cast<uint8_t>(c)); t != kDead)
+          best = std::max(best, 1 + longest[static_cast<size_t>(t)]);
+      longest[static_cast<size_t>(s)] = best;
+      mark[static_cast<size_t>(s)] = kDone;
+      path.pop_back();
+      continue;
+    }
+    const int32_t t = next(s, static_cast<uint8_t>(b));
+    if (t == kDead) continue;
+    if (mark[static_cast<size_t>(t)] == kOnPath) return std::nullopt;
+    if (mark[static_cast<size_t>(t)] == kNew) {
+      mark[static_cast<size_t>(t)] = kOnPath;
+      path.push_back({t, 0});
+    }
+  }
+  return longest[static_cast<size_t>(start_)];
+}
+
 // long: the subset construction, pruning of dead states and renumbering share
 // the state sets and the table being built; each step is a commented block.
 ByteDfa ByteDfa::compile(std::string_view pattern, size_t max_states) {

@@ -38,6 +38,7 @@
 // A ByteDfa is immutable after compile(): any number of threads may read it.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -59,6 +60,9 @@ class ByteDfa {
 
   // Walks `text` from start(): true when it ends in an accepting state.
   bool matches(std::string_view text) const;
+  // The length in bytes of the longest text that matches; nullopt when texts
+  // of any length do (a cycle is reachable).
+  std::optional<size_t> max_text_bytes() const;
 
  private:
   ByteDfa() = default;

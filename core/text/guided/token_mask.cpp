@@ -35,6 +35,7 @@ Guide::Guide(std::unique_ptr<ByteMatcher> matcher, std::shared_ptr<const TokenVo
     : matcher_(std::move(matcher)),
       vocab_(std::move(vocab)),
       what_(std::move(what)),
+      max_text_bytes_(matcher_->max_text_bytes()),
       dead_(std::make_shared<const std::vector<uint64_t>>(
           (static_cast<size_t>(vocab_->size()) + 63) / 64, 0)) {}
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -80,6 +81,9 @@ class ByteMatcher {
   virtual void fill_mask(int32_t state, const TokenVocab& vocab, std::vector<uint64_t>& mask) = 0;
   // Bytes held by lazily grown tables (0 for a matcher built up front).
   virtual size_t table_bytes() const { return 0; }
+  // The longest text in bytes that completes the match from start(); nullopt
+  // when there is no bound.
+  virtual std::optional<size_t> max_text_bytes() const = 0;
 };
 
 class Guide {
@@ -100,6 +104,9 @@ class Guide {
   // The state after `token` (kDead when it breaks the match).
   int32_t advance(int32_t state, int32_t token) const;
   const std::string& what() const { return what_; }  // the constraint, for messages
+  // The longest text the constraint allows, in bytes (nullopt: unbounded).
+  // Every token adds at least one byte, so it bounds the tokens too.
+  std::optional<size_t> max_text_bytes() const { return max_text_bytes_; }
   int32_t vocab_size() const { return vocab_->size(); }
   // The matcher's lazily built tables have outgrown their budget: a cache of
   // guides should compile a fresh one for new requests (this one stays valid).
@@ -112,6 +119,7 @@ class Guide {
   std::unique_ptr<ByteMatcher> matcher_;
   std::shared_ptr<const TokenVocab> vocab_;
   std::string what_;
+  std::optional<size_t> max_text_bytes_;
   mutable std::mutex mu_;
   mutable std::unordered_map<int32_t, Mask> masks_;
   mutable size_t mask_bytes_ = 0;
