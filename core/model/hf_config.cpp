@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "common/file_text.h"
 
 namespace halo::model {
 
@@ -205,12 +206,9 @@ class Reader {
 };
 
 json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open file", path.string()));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_file_text(path);
   try {
-    return json::parse(ss.str());
+    return json::parse(text);
   } catch (const json::exception& e) {
     throw Error(fmt::format("{}: malformed JSON: {}", path.string(), e.what()));
   }

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/file_text.h"
 #include "model/checkpoint_quant.h"
 #include "model/gguf_model.h"
 #include "model/quantize.h"
@@ -138,9 +139,8 @@ const std::byte* tensor_bytes(const SafetensorsFile& file, const TensorInfo& inf
 }
 
 nlohmann::json read_config_json(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return nlohmann::json::parse(in, nullptr,
-                               false);  // malformed: already refused by load_model_config
+  // malformed: already refused by load_model_config
+  return nlohmann::json::parse(read_file_text(path), nullptr, false);
 }
 
 // The target device of a compiled model directory (a manifest.json of
@@ -148,8 +148,7 @@ nlohmann::json read_config_json(const std::filesystem::path& path) {
 std::optional<std::string> compiled_target(const std::filesystem::path& model_dir) {
   const std::filesystem::path manifest_path = model_dir / "manifest.json";
   if (!std::filesystem::exists(manifest_path)) return std::nullopt;
-  std::ifstream in(manifest_path, std::ios::binary);
-  nlohmann::json manifest = nlohmann::json::parse(in, nullptr, false);
+  nlohmann::json manifest = nlohmann::json::parse(read_file_text(manifest_path), nullptr, false);
   if (!manifest.is_object() || manifest.value("format", "").rfind("halo-compiled-model/", 0) != 0)
     return std::nullopt;
   if (!manifest.contains("target") || !manifest["target"].is_string())
@@ -162,13 +161,9 @@ std::optional<std::string> compiled_target(const std::filesystem::path& model_di
 std::map<std::string, std::string, std::less<>> read_weight_map(
     const std::filesystem::path& index_path) {
   std::map<std::string, std::string, std::less<>> weight_map;
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open file", index_path.string()));
-  std::stringstream ss;
-  ss << in.rdbuf();
   nlohmann::json index;
   try {
-    index = nlohmann::json::parse(ss.str());
+    index = nlohmann::json::parse(read_file_text(index_path));
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("{}: malformed JSON: {}", index_path.string(), e.what()));
   }

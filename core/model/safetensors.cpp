@@ -56,7 +56,7 @@ constexpr DTypeEntry kDTypes[] = {
 // ------------------------------------------------------------------ MappedFile
 
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO must not block the open
   if (fd.get() < 0) throw Error(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0)

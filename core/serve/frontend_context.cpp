@@ -72,7 +72,7 @@ json FrontendContext::parse_request(const HttpRequest& req) const {
 }
 
 void FrontendContext::preprocess(const std::shared_ptr<Responder>& res, ErrorFormat format,
-                                 std::function<void()> work) const {
+                                 std::function<void()> work, ServingCore::Lane lane) const {
   core_.preprocess([res, format, work = std::move(work)] {
     if (res->disconnected()) return;  // the client left while the request waited: nothing to do
     try {
@@ -82,7 +82,7 @@ void FrontendContext::preprocess(const std::shared_ptr<Responder>& res, ErrorFor
       spdlog::debug("preprocessing -> {} {}", r.status, r.body);
       res->send(std::move(r));
     }
-  });
+  }, lane);
 }
 
 void FrontendContext::start(const std::shared_ptr<Generation>& g,

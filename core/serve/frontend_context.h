@@ -54,8 +54,8 @@ class FrontendContext {
   json parse_request(const HttpRequest& req) const;
   // Runs `work` on the core's pool unless the client has gone by then; what
   // it throws is answered in `format`. 429 (thrown here) when the pool is full.
-  void preprocess(const std::shared_ptr<Responder>& res, ErrorFormat format,
-                  std::function<void()> work) const;
+  void preprocess(const std::shared_ptr<Responder>& res, ErrorFormat format, std::function<void()> work,
+                  ServingCore::Lane lane = ServingCore::Lane::kRequest) const;
   // core().start(g) for a generation whose sink is an HttpSink on `res`;
   // the client leaving cancels it.
   void start(const std::shared_ptr<Generation>& g, const std::shared_ptr<Responder>& res) const;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/file_text.h"
 #include "device/plugin.h"
 #include "engine/llm_engine.h"
 #include "engine/spec_decode/speculative_config.h"
@@ -179,11 +180,11 @@ std::string check_dtype(const std::string& requested, const model::ModelConfig& 
 namespace {
 
 std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(fmt::format("--chat-template {}: cannot open the file", p.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  try {
+    return read_file_text(p);
+  } catch (const Error& e) {
+    throw Error(fmt::format("--chat-template {}", e.what()));
+  }
 }
 
 std::optional<text::ChatTemplate> chat_template(const std::string& option, const fs::path& dir) {

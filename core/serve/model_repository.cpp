@@ -14,19 +14,13 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "common/file_text.h"
 #include "serve/engine_args.h"
 
 namespace halo::serve {
 namespace fs = std::filesystem;
 namespace {
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open the file", p.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // 1-based line of the first `"key"` in the text (0 when not found).
 int line_of_key(const std::string& text, const std::string& key) {
@@ -42,7 +36,7 @@ bool is_number(const std::string& s) {
 }  // namespace
 
 SettingLayer model_json_layer(const fs::path& file) {
-  const std::string text = read_file(file);
+  const std::string text = read_file_text(file);
   nlohmann::ordered_json j;
   try {
     j = nlohmann::ordered_json::parse(text);
@@ -290,7 +284,7 @@ bool is_template_placeholder(const std::string& value) {
 }
 
 PbtxtConfig read_config_pbtxt(const fs::path& file) {
-  const std::vector<PbNode> nodes = PbtxtParser(read_file(file), file).parse();
+  const std::vector<PbNode> nodes = PbtxtParser(read_file_text(file), file).parse();
   check_placeholders(nodes, file, true);
   PbtxtConfig c;
   c.file = file;

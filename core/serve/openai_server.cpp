@@ -585,9 +585,11 @@ HttpResponse OpenAIServer::route(HttpRequest& req, const std::shared_ptr<Respond
                          messages_api;
   if (generates && ctx_.core().draining()) throw ApiError(503, "the server is shutting down");
   // Everything with a body is parsed, rendered and tokenized off the I/O thread.
+  const bool admin = p == "/v1/load_lora_adapter" || p == "/v1/unload_lora_adapter";
   auto owned = std::make_shared<HttpRequest>(std::move(req));
   ctx_.preprocess(res, messages_api ? anthropic_error : openai_error,
-                  [this, owned, res] { handle_body(*owned, res); });
+                  [this, owned, res] { handle_body(*owned, res); },
+                  admin ? ServingCore::Lane::kAdmin : ServingCore::Lane::kRequest);
   deferred = true;
   return {};
 }

@@ -8,14 +8,20 @@
 
 namespace halo::serve {
 
+namespace {
+constexpr size_t kMaxAdminWaiting = 16;
+}  // namespace
+
 ServingCore::ServingCore(ServingConfig config)
     : config_(std::move(config)), pump_(std::make_unique<StreamPump>()) {
   // Requests waiting for a preprocessing thread are bounded like those waiting for the engine.
   pool_ = std::make_unique<PreprocessPool>(
       config_.preprocess_threads, static_cast<size_t>(std::max(0, config_.max_queued_requests)));
+  admin_pool_ = std::make_unique<PreprocessPool>(1, kMaxAdminWaiting);
 }
 
 ServingCore::~ServingCore() {
+  admin_pool_.reset();
   pool_.reset();  // its running tasks may still start generations on the pump
   pump_.reset();
 }
@@ -101,7 +107,7 @@ void ServingCore::check_prompt_bytes(const ServedModel& m, size_t bytes, const c
       param, error_code::kContextLength);
 }
 
-void ServingCore::preprocess(std::function<void()> work) {
+void ServingCore::preprocess(std::function<void()> work, Lane lane) {
   {
     std::lock_guard lk(jobs_mu_);
     preprocessing_++;
@@ -113,15 +119,18 @@ void ServingCore::preprocess(std::function<void()> work) {
     }
     jobs_cv_.notify_all();
   };
-  if (!pool_->submit([work = std::move(work), done] {
+  PreprocessPool& pool = lane == Lane::kAdmin ? *admin_pool_ : *pool_;
+  if (!pool.submit([work = std::move(work), done] {
         work();
         done();
       })) {
     done();
-    ApiError e(429,
-               fmt::format("the server is at capacity: {} requests are waiting to be tokenized "
-                           "(--max-queued-requests {}); retry after 1 s",
-                           pool_->waiting(), config_.max_queued_requests));
+    ApiError e(429, lane == Lane::kAdmin
+                        ? fmt::format("{} adapter loads and unloads are waiting already; retry after 1 s",
+                                      pool.waiting())
+                        : fmt::format("the server is at capacity: {} requests are waiting to be "
+                                      "tokenized (--max-queued-requests {}); retry after 1 s",
+                                      pool.waiting(), config_.max_queued_requests));
     e.headers.push_back({"Retry-After", "1"});
     throw e;
   }

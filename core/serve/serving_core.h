@@ -71,10 +71,15 @@ class ServingCore {
   // before tokenizing; `param` names the field).
   void check_prompt_bytes(const ServedModel& m, size_t bytes, const char* param) const;
   int64_t prompt_byte_limit(const ServedModel& m) const;
-  // Runs `work` on the preprocessing pool; it counts as in flight
-  // (active_requests, wait_idle) until it returns. 429 when the pool's queue
-  // is full. `work` must not throw.
-  void preprocess(std::function<void()> work);
+  // Where preprocessing runs: requests on the pool of preprocess_threads;
+  // admin work (adapter loads, which read files and may wait on the Hub) on
+  // its own thread, in the order it came, so that it never holds a thread
+  // that requests wait for.
+  enum class Lane { kRequest, kAdmin };
+  // Runs `work` on `lane`; it counts as in flight (active_requests,
+  // wait_idle) until it returns. 429 when the lane's queue is full. `work`
+  // must not throw.
+  void preprocess(std::function<void()> work, Lane lane = Lane::kRequest);
   // Validates every prompt on the engine, admits the generation (429 when
   // the queue is full), calls the sink's on_start, and queues it. Throws
   // before anything is queued.
@@ -108,6 +113,7 @@ class ServingCore {
 
   std::unique_ptr<StreamPump> pump_;
   std::unique_ptr<PreprocessPool> pool_;  // destroyed first: its tasks use everything else
+  std::unique_ptr<PreprocessPool> admin_pool_;  // one thread, kMaxAdminWaiting queued
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
 

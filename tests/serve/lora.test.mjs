@@ -14,7 +14,7 @@
 //  - bad adapters get a 400 naming the problem and the server keeps serving.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { copyFileSync, mkdirSync, symlinkSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 
@@ -196,6 +196,44 @@ test('load and unload at run time under 32 streams lose no request', async () =>
   assert.equal(r.status, 200, r.text);
   const again = await c.completions.create({ model: 'chat', prompt: 'x', max_tokens: 2, temperature: 0 });
   assert.equal(again.model, 'chat');
+});
+
+// Adapter files are client input: a FIFO or a device (here /dev/zero) as
+// adapter_config.json or as the weights is refused at once ("not a regular
+// file": the FIFO hung a preprocessing thread for ever, /dev/zero was read
+// without end), and loads run on their own thread, so a completion started
+// meanwhile is answered.
+test('adapter files that are FIFOs or devices: 400 at once, completions unaffected', async () => {
+  const bad = {};
+  const make = (name, cfg, weights) => {
+    const dir = path.join(tmp.dir, name);
+    mkdirSync(dir, { recursive: true });
+    cfg(path.join(dir, 'adapter_config.json'));
+    weights(path.join(dir, 'adapter_model.safetensors'));
+    bad[name] = dir;
+  };
+  const mkfifo = (p) => new Promise((resolve, reject) =>
+    execFile('mkfifo', [p], (err) => (err ? reject(err) : resolve())));
+  const copyCfg = (p) => copyFileSync(path.join(dirs.sql, 'adapter_config.json'), p);
+  const copyWeights = (p) => copyFileSync(path.join(dirs.sql, 'adapter_model.safetensors'), p);
+  make('zero_cfg', (p) => symlinkSync('/dev/zero', p), copyWeights);
+  make('zero_weights', copyCfg, (p) => symlinkSync('/dev/zero', p));
+  make('fifo_cfg', () => {}, copyWeights);
+  await mkfifo(path.join(bad.fifo_cfg, 'adapter_config.json'));
+  make('fifo_weights', copyCfg, () => {});
+  await mkfifo(path.join(bad.fifo_weights, 'adapter_model.safetensors'));
+  const c = client(server, { apiKey: KEY });
+  for (const [name, dir] of Object.entries(bad)) {
+    const t0 = Date.now();
+    const [r, done] = await Promise.all([
+      postJson(`${server.url}/v1/load_lora_adapter`, { lora_name: name, lora_path: dir }, AUTH),
+      c.completions.create({ model: 'sql', prompt: 'Hello', max_tokens: 2, temperature: 0 }),
+    ]);
+    assert.equal(r.status, 400, `${name}: ${r.text}`);
+    assert.match(r.text, /not a regular file/, name);
+    assert.ok(Date.now() - t0 < 20000, `${name}: ${Date.now() - t0} ms`);
+    assert.equal(done.choices[0].finish_reason, 'length');
+  }
 });
 
 test('KServe v2 (route, lora_task_id) and SageMaker (header, adapters field) pick the same adapter', async () => {

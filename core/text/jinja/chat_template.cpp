@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/file_text.h"
 #include "text/jinja/value.h"
 
 namespace halo::text {
@@ -11,13 +12,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw halo::Error(p.string() + ": cannot open file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Python str.strip()/lstrip() (Unicode whitespace) on UTF-8.
 std::string py_strip(const std::string& s, bool left, bool right) {
@@ -88,7 +82,7 @@ ChatTemplate::ChatTemplate(std::string source) : source_(std::move(source)), tem
 ChatTemplate ChatTemplate::from_tokenizer_config(const std::filesystem::path& path) {
   json cfg;
   try {
-    cfg = json::parse(read_file(path));
+    cfg = json::parse(read_file_text(path));
   } catch (const json::exception& e) {
     throw halo::Error(path.string() + ": invalid JSON: " + e.what());
   }
@@ -105,7 +99,7 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const std::filesystem::path& pa
   }
   // Newer checkpoints keep the template next to the config.
   auto sibling = path.parent_path() / "chat_template.jinja";
-  if (tpl.is_null() && std::filesystem::exists(sibling)) return ChatTemplate(read_file(sibling));
+  if (tpl.is_null() && std::filesystem::exists(sibling)) return ChatTemplate(read_file_text(sibling));
   throw halo::Error(path.string() + ": no \"chat_template\" field (string or list of {name, template}); pass --chat-template");
 }
 

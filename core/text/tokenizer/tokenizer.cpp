@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/file_text.h"
 #include "text/tokenizer/bpe.h"
 #include "text/tokenizer/regex.h"
 #include "text/tokenizer/unicode.h"
@@ -25,16 +26,9 @@ namespace {
 
 // ---------------------------------------------------------------- helpers
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("tokenizer: cannot open '{}'", path.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return std::move(ss).str();
-}
 
 json parse_json(const std::filesystem::path& path) {
-  const std::string text = read_file(path);
+  const std::string text = read_file_text(path);
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
@@ -200,7 +194,7 @@ class TokenizerSax final : public nlohmann::json_sax<json> {
 };
 
 TokenizerJson parse_tokenizer_json(const std::filesystem::path& path) {
-  const std::string text = read_file(path);
+  const std::string text = read_file_text(path);
   TokenizerJson out;
   TokenizerSax sax(out);
   bool ok = false;
