@@ -243,6 +243,11 @@ const STALLS = [
         { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: 'x' }], metadata: wide }, opts),
     ];
   }],
+  // Regexes whose automata took minutes and gigabytes (issue 42): refused by the
+  // compile's work budget.
+  ...[['".?" x 10,000 (145 s before)', '.?'.repeat(10000)], ['.{0,1000} x 3 (30 s)', '.{0,1000}'.repeat(3)],
+    ['"a?" x 20,000 (14 s)', 'a?'.repeat(20000)]].map(([what, re]) => [`guided_regex ${what}`, 'main', (s) =>
+    post(`${s.url}${CHAT}`, chatBody({ guided_regex: re }), { timeoutMs: scaled(12000) })]),
   ['1 MB of combining characters as one prompt', 'main', (s) =>
     post(`${s.url}${CMPL}`, { model: MODEL, prompt: `a${'\u0301'.repeat(MiB / 2)}`, max_tokens: 4 }, { timeoutMs: 12000 })],
   ['4 parallel 1 MB combining-character chats', 'main', (s) => parallel(4, () => post(`${s.url}${CHAT}`,

@@ -369,3 +369,26 @@ TEST(ByteDfa, MaxTextBytes) {
       {"[0-9]+|z", std::nullopt}};
   for (const auto& [re, want] : cases) EXPECT_EQ(ByteDfa::compile(re).max_text_bytes(), want) << re;
 }
+
+// The patterns whose automata took minutes and gigabytes to build
+// (".?" x 10,000: 145 s; .{0,1000} three times: 30 s; "a?" x 20,000: 14 s)
+// are refused by the work budget, with a message that says why and quotes
+// at most 200 bytes of the pattern.
+TEST(ByteDfa, CostlyPatternsAreRefusedByTheWorkBudget) {
+  std::string dot_opt, a_opt;
+  for (int i = 0; i < 10000; ++i) dot_opt += ".?";
+  for (int i = 0; i < 20000; ++i) a_opt += "a?";
+  for (const std::string& re : {dot_opt, std::string(".{0,1000}.{0,1000}.{0,1000}"), a_opt}) {
+    try {
+      ByteDfa::compile(re);
+      ADD_FAILURE() << re.substr(0, 40) << ": compiled";
+    } catch (const halo::Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("takes more than 100000000 steps"), std::string::npos) << m.substr(0, 300);
+      EXPECT_LT(m.size(), 600u);
+    }
+  }
+  // What real constraints need stays well inside it.
+  EXPECT_TRUE(ByteDfa::compile("[a-z]{0,1000}").matches(std::string(1000, 'q')));
+  EXPECT_TRUE(ByteDfa::compile(".{0,300}x").matches(std::string(300, '.') + "x"));
+}

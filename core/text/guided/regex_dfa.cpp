@@ -650,12 +650,26 @@ std::optional<size_t> ByteDfa::max_text_bytes() const {
 
 // long: the subset construction, pruning of dead states and renumbering share
 // the state sets and the table being built; each step is a commented block.
-ByteDfa ByteDfa::compile(std::string_view pattern, size_t max_states) {
+ByteDfa ByteDfa::compile(std::string_view pattern, size_t max_states, size_t max_work) {
   Parser parser(pattern);
   const int root = parser.parse();
   NfaBuilder nb(parser.nodes, parser);
   auto [nfa_start, nfa_accept] = nb.build(root);
   const std::vector<NState>& nfa = nb.states;
+
+  // The work budget, counted as the automaton grows: NFA states visited by
+  // closures, byte edges followed, NFA states held by the sets interned. A
+  // few states of very large sets (".?" x 10,000) cost minutes and gigabytes
+  // without it, and max_states alone never trips.
+  size_t work = 0;
+  auto spend = [&](size_t units) {
+    work += units;
+    if (work > max_work)
+      throw Error("regex " + quoted(pattern) + ": building its automaton takes more than " +
+                  std::to_string(max_work) +
+                  " steps (bounded repetitions such as .{0,1000} or x? repeated thousands of times "
+                  "multiply its size)");
+  };
 
   // Epsilon closure, keeping only the states that matter for the future: those
   // with a byte edge, and the accepting one.
@@ -671,6 +685,7 @@ ByteDfa ByteDfa::compile(std::string_view pattern, size_t max_states) {
       stack.pop_back();
       if (mark[s] == stamp) continue;
       mark[s] = stamp;
+      spend(1);
       const NState& st = nfa[s];
       if (st.to >= 0 || s == nfa_accept) out.push_back(s);
       for (int32_t t : st.eps) {
@@ -687,6 +702,7 @@ ByteDfa ByteDfa::compile(std::string_view pattern, size_t max_states) {
   auto intern = [&](std::vector<int32_t> set) {
     auto it = ids.find(set);
     if (it != ids.end()) return it->second;
+    spend(set.size());
     if (sets.size() >= max_states) {
       throw Error("regex " + quoted(pattern) + ": the DFA would exceed " +
                   std::to_string(max_states) + " states");
@@ -704,6 +720,7 @@ ByteDfa ByteDfa::compile(std::string_view pattern, size_t max_states) {
     for (int32_t s : sets[i]) {
       const NState& st = nfa[s];
       if (st.to < 0) continue;
+      spend(static_cast<size_t>(st.hi - st.lo + 1));
       for (int b = st.lo; b <= st.hi; ++b) targets[b].push_back(st.to);
     }
     std::array<int32_t, 256> row;

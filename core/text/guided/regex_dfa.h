@@ -25,7 +25,8 @@
 // Refused with halo::Error ("regex '<pattern>': <what> at offset N"): backreferences,
 // lookaround and other (?...) groups, \b \B word boundaries, unknown letter escapes,
 // ^ or $ elsewhere, unbalanced parentheses or brackets, reversed ranges, bad
-// quantifiers, invalid UTF-8 in the pattern, and automata over max_states states.
+// quantifiers, invalid UTF-8 in the pattern, and automata over max_states states
+// or whose construction takes more than max_work steps.
 //
 // Construction: parse -> Thompson NFA over byte ranges -> subset construction to a
 // DFA with a dense 256-entry transition table per state -> states that cannot reach
@@ -46,7 +47,11 @@ namespace halo::text::guided {
 
 class ByteDfa {
  public:
-  static ByteDfa compile(std::string_view pattern, size_t max_states = 20000);
+  // Over max_states states, or over max_work steps of construction (NFA
+  // states visited, byte edges followed, states held by the sets: about 1 s
+  // here), throws halo::Error.
+  static ByteDfa compile(std::string_view pattern, size_t max_states = 20000,
+                         size_t max_work = 100'000'000);
 
   static constexpr int32_t kDead = -1;
 
