@@ -73,6 +73,14 @@ std::vector<std::vector<int32_t>> run_alone(const std::vector<std::vector<int32_
   return out;
 }
 
+// The demo model's tokenizer, and its chat prompt asking "What is curl?".
+text::Tokenizer pkgchat_tokenizer() {
+  return text::Tokenizer::from_model_dir(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m");
+}
+std::vector<int32_t> curl_prompt(const text::Tokenizer& tok) {
+  return tok.encode("<s><|user|>\nWhat is curl?<|end|>\n<|assistant|>\n", false);
+}
+
 }  // namespace
 
 struct Mode {
@@ -178,9 +186,9 @@ TEST(EngineSampling, SeededRequestIsIndependentOfItsBatchNeighbours) {
 }
 
 TEST(AsyncEngine, StreamsTextThatEqualsTheFinalDecodeAndHonoursStopStrings) {
-  auto tok = text::Tokenizer::from_model_dir(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m");
+  auto tok = pkgchat_tokenizer();
   AsyncEngine eng(config(), demo_model(), tok);
-  auto prompt = tok.encode("<s><|user|>\nWhat is curl?<|end|>\n<|assistant|>\n", false);
+  auto prompt = curl_prompt(tok);
   RequestOptions o;
   o.sampling = greedy(60);
   o.sampling.ignore_eos = false;
@@ -216,7 +224,7 @@ TEST(AsyncEngine, StreamsTextThatEqualsTheFinalDecodeAndHonoursStopStrings) {
 }
 
 TEST(AsyncEngine, NAndBestOfReturnNChoicesAndAbortEndsAStream) {
-  auto tok = text::Tokenizer::from_model_dir(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m");
+  auto tok = pkgchat_tokenizer();
   AsyncEngine eng(config(), demo_model(), tok);
   auto prompt = tok.encode("The package", true);
   RequestOptions o;
@@ -268,7 +276,7 @@ TEST(AsyncEngine, NAndBestOfReturnNChoicesAndAbortEndsAStream) {
 }
 
 TEST(AsyncEngine, InvalidRequestIsRefusedBeforeAnyStreamExists) {
-  auto tok = text::Tokenizer::from_model_dir(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m");
+  auto tok = pkgchat_tokenizer();
   AsyncEngine eng(config(), demo_model(), tok);
   RequestOptions o;
   EXPECT_THROW(eng.add_request("x", {}, o), Error);
@@ -287,9 +295,9 @@ TEST(AsyncEngine, InvalidRequestIsRefusedBeforeAnyStreamExists) {
 // the guide's strings (here three digits) can follow. The gate tokens are
 // taken from the free output itself, so the test needs no reasoning model.
 TEST(EngineGuided, AReasoningGateDefersTheGuideUntilItsEndToken) {
-  auto tok = text::Tokenizer::from_model_dir(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m");
+  auto tok = pkgchat_tokenizer();
   AsyncEngine eng(config(), demo_model(), tok);
-  auto prompt = tok.encode("<s><|user|>\nWhat is curl?<|end|>\n<|assistant|>\n", false);
+  auto prompt = curl_prompt(tok);
   RequestOptions free;
   free.sampling = greedy(12);
   const std::vector<int32_t> ids = eng.generate({{prompt, free}})[0].choices.at(0).token_ids;
@@ -335,9 +343,9 @@ TEST(EngineGuided, AReasoningGateDefersTheGuideUntilItsEndToken) {
 // tokens count) it is taken, and the constraint wins over min_tokens at the
 // end: the text stays in the language and ends, never one token outside it.
 TEST(EngineGuided, MinTokensBeyondTheConstraintIsRefusedOrLosesToIt) {
-  auto tok = text::Tokenizer::from_model_dir(fs::path(HALO_SOURCE_DIR) / "models" / "pkgchat-5m");
+  auto tok = pkgchat_tokenizer();
   AsyncEngine eng(config(), demo_model(), tok);
-  auto prompt = tok.encode("<s><|user|>\nWhat is curl?<|end|>\n<|assistant|>\n", false);
+  auto prompt = curl_prompt(tok);
   RequestOptions o;
   o.sampling = greedy(30);
   o.sampling.ignore_eos = false;
