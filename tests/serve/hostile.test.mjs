@@ -248,6 +248,15 @@ const STALLS = [
   ...[['".?" x 10,000 (145 s before)', '.?'.repeat(10000)], ['.{0,1000} x 3 (30 s)', '.{0,1000}'.repeat(3)],
     ['"a?" x 20,000 (14 s)', 'a?'.repeat(20000)]].map(([what, re]) => [`guided_regex ${what}`, 'main', (s) =>
     post(`${s.url}${CHAT}`, chatBody({ guided_regex: re }), { timeoutMs: scaled(12000) })]),
+  // $defs fanning out, d_i = anyOf[d_i+1, d_i+1]: the regex doubles per level (issue 42:
+  // 40 levels grew the server to 5-9 GB; 30 stay within the depth rule).
+  ['guided_json: $defs fanning out 30 levels', 'main', (s) => {
+    const defs = {};
+    for (let i = 0; i < 30; i++) defs[`d${i}`] = { anyOf: [{ $ref: `#/$defs/d${i + 1}` }, { $ref: `#/$defs/d${i + 1}` }] };
+    defs.d30 = { type: 'string', maxLength: 3 };
+    return post(`${s.url}${CHAT}`, chatBody({ guided_json: { $defs: defs, $ref: '#/$defs/d0' } }),
+      { timeoutMs: scaled(12000) });
+  }],
   ['1 MB of combining characters as one prompt', 'main', (s) =>
     post(`${s.url}${CMPL}`, { model: MODEL, prompt: `a${'\u0301'.repeat(MiB / 2)}`, max_tokens: 4 }, { timeoutMs: 12000 })],
   ['4 parallel 1 MB combining-character chats', 'main', (s) => parallel(4, () => post(`${s.url}${CHAT}`,

@@ -321,3 +321,27 @@ TEST(JsonSchemaRegex, TypicalSizes) {
 }
 
 }  // namespace
+
+// $defs that fan out, d_i = anyOf[$ref d_i+1, $ref d_i+1] for 30 levels (60 deep,
+// within the depth rule, which refuses the 40 of the issue): a
+// 1 KB schema whose regex doubles per level (40 levels grew the server to 5-9 GB).
+// Refused once 32 MiB of regex have been made; 12 levels still convert.
+TEST(JsonSchemaRegex, FanOutOfRefsIsBoundedByTheTextItMakes) {
+  auto fan = [](int levels) {
+    nlohmann::json defs = nlohmann::json::object();
+    for (int i = 0; i < levels; ++i) {
+      const std::string next = "#/$defs/d" + std::to_string(i + 1);
+      defs["d" + std::to_string(i)] = {{"anyOf", {{{"$ref", next}}, {{"$ref", next}}}}};
+    }
+    defs["d" + std::to_string(levels)] = {{"type", "string"}, {"maxLength", 3}};
+    return nlohmann::json{{"$defs", defs}, {"$ref", "#/$defs/d0"}};
+  };
+  EXPECT_FALSE(halo::text::guided::json_schema_to_regex(fan(12)).empty());
+  try {
+    halo::text::guided::json_schema_to_regex(fan(30));
+    ADD_FAILURE() << "converted";
+  } catch (const halo::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expands to more than 32 MiB of regex"), std::string::npos)
+        << e.what();
+  }
+}

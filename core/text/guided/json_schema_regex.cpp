@@ -21,6 +21,9 @@ const std::string kColon = ": ?";
 const std::string kComma = ", ?";
 // Schemas within schemas, $ref chains included (json_schema_regex.h).
 constexpr int kMaxSchemaDepth = 64;
+// Regex text made by one conversion, each level's result counted (so about
+// depth x the final size): far above an agent's largest tool set.
+constexpr size_t kMaxProducedBytes = size_t{32} << 20;
 
 const std::string kDate = "[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])";
 const std::string kTime =
@@ -185,7 +188,16 @@ class Converter {
       int& depth;
       ~Leave() { --depth; }
     } leave{depth_};
-    return convert_schema(s, ptr);
+    std::string r = convert_schema(s, ptr);
+    // A schema reached by many paths ($defs that fan out: d_i = anyOf[d_i+1,
+    // d_i+1]) is copied once per path: the text doubles per level, so count
+    // all of it as it is made and stop early (40 levels grew to 5-9 GB).
+    produced_ += r.size();
+    if (produced_ > kMaxProducedBytes)
+      fail("expands to more than " + std::to_string(kMaxProducedBytes >> 20) +
+               " MiB of regex (a schema reached through many $ref paths is copied for each)",
+           ptr);
+    return r;
   }
 
  private:
@@ -286,6 +298,7 @@ class Converter {
   const Json& root_;
   std::vector<std::string> ref_stack_;
   int depth_ = 0;
+  size_t produced_ = 0;  // bytes of regex made so far, nested results included
 
   [[noreturn]] static void fail(const std::string& what, const std::string& ptr) {
     throw Error("JSON schema: " + what + " at " + (ptr.empty() ? std::string("/") : ptr));

@@ -40,6 +40,8 @@
 //                            $comment, $defs, definitions
 // Schemas nest at most 64 deep, each $ref followed counting as one level
 // (an agent's deepest tool schemas nest about 10).
+// The regex made (each level's text counted) is at most 32 MiB: a definition
+// reached through many $ref paths is copied for each path.
 // Anything else throws halo::Error naming the keyword and its JSON pointer
 // ("JSON schema: unsupported keyword 'not' at /properties/x").
 //
