@@ -2,7 +2,8 @@
 // (grammar.h); a grammar that compiles is matched against the input itself
 // through the pushdown matcher, and every state that walk reaches must be
 // live (accepting, or some byte continues it), since a dead state would leave
-// guided decoding without a token.
+// guided decoding without a token; a whole input that matches is never longer
+// than the grammar's longest text.
 #include <memory>
 
 #include "fuzz_util.h"
@@ -23,7 +24,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         live = m->advance(s, std::string_view(&c, 1)) != g::ByteMatcher::kDead;
       }
       if (!live) __builtin_trap();
-      if (i == in.size()) break;
+      if (i == in.size()) {
+        // The longest text bounds every text that matches (min_tokens is refused by it).
+        const auto most = m->max_text_bytes();
+        if (m->accepting(s) && most && in.size() > *most) __builtin_trap();
+        break;
+      }
       s = m->advance(s, in.substr(i, 1));
       if (s == g::ByteMatcher::kDead) break;
     }

@@ -1,8 +1,9 @@
 // Guided decoding's constraints, as a request sends them: the input is a
 // regex (guided_regex), or, when it parses as JSON, a JSON schema
-// (guided_json) compiled to one. Both are compiled to a ByteDfa (a small state
-// budget, so each run stays fast), which then matches the input itself; every
-// reachable state must be live (but the start state of an empty language).
+// (guided_json) compiled to one. Both are compiled to a ByteDfa (small state
+// and work budgets, so each run stays fast), which then matches the input
+// itself, never longer than its longest text; every reachable state must be
+// live (but the start state of an empty language).
 #include <nlohmann/json.hpp>
 
 #include "fuzz_util.h"
@@ -19,8 +20,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!schema.is_discarded()) pattern = halo::text::guided::json_schema_to_regex(schema);
   });
   halo::fuzz::guarded([&] {
-    const ByteDfa dfa = ByteDfa::compile(pattern, 2000);
-    (void)dfa.matches(in);
+    const ByteDfa dfa = ByteDfa::compile(pattern, 2000, 2'000'000);
+    // The longest text bounds every text that matches (min_tokens is refused by it).
+    const auto most = dfa.max_text_bytes();
+    if (dfa.matches(in) && most && in.size() > *most) __builtin_trap();
     // An empty language ("[]") is the one DFA whose (start) state is dead.
     if (dfa.num_states() == 1 && !dfa.accepting(dfa.start())) return;
     for (size_t s = 0; s < dfa.num_states(); ++s) {
