@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "common/file_text.h"
 #include "device/plugin.h"
 #include "engine/llm_engine.h"
 #include "engine/spec_decode/speculative_config.h"
@@ -179,12 +178,15 @@ std::string check_dtype(const std::string& requested, const model::ModelConfig& 
 
 namespace {
 
+// The operator's own file, named on the command line: a FIFO such as bash's
+// <(...) is fine here, unlike the files of model and adapter directories,
+// which clients can name (read_file_text refuses anything but a regular file).
 std::string read_text(const fs::path& p) {
-  try {
-    return read_file_text(p);
-  } catch (const Error& e) {
-    throw Error(fmt::format("--chat-template {}", e.what()));
-  }
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw Error(fmt::format("--chat-template {}: cannot open the file", p.string()));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 std::optional<text::ChatTemplate> chat_template(const std::string& option, const fs::path& dir) {
