@@ -103,11 +103,14 @@ describe('halo bench serve', () => {
     }
     assert.equal(run.itl_ms.count, sum(run.requests.map((r) => r.itl_ms.length)));
     // Each request left when the arrival process said (no concurrency limit):
-    // none waited for another to finish, which would delay it by a large part
-    // of a request's whole latency. (A fixed bound in ms would measure the
-    // machine's load instead.)
+    // a sender that waited for responses would fall behind by a request's
+    // whole latency and more with every request (30 of them at 15/s). A
+    // quarter of the shortest latency measured the machine's load instead: a
+    // fresh Debian root with the whole suite starting beside it sent one 58 ms
+    // late, the shortest request taking 82 ms.
     const shortest = Math.min(...run.requests.map((r) => r.e2el_ms)) / 1000;
-    for (const r of run.requests) assert.ok(r.sent_s - r.scheduled_s < shortest / 4, JSON.stringify(r));
+    const late = shortest + scaled(200) / 1000;
+    for (const r of run.requests) assert.ok(r.sent_s - r.scheduled_s < late, JSON.stringify(r));
   });
 
   test('the arrival rate is the one asked for', async () => {
